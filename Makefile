@@ -1,0 +1,37 @@
+# One command brings up the local cluster and runs the example (make demo); one runs every test
+# (make test). Both build what they need first.
+SHELL := /bin/bash
+BIN = $(shell cluster/build.sh)
+
+.PHONY: test unit lint demo up down crds build venv
+
+build:
+	cluster/build.sh
+
+venv:
+	hack/venv.sh
+
+test: build venv lint
+	LOCALKUBE_BIN=$(BIN) .venv/bin/python -m pytest -ra
+
+unit: venv
+	.venv/bin/python -m pytest -ra tests/unit
+
+lint: venv
+	.venv/bin/python -m ruff check .
+	.venv/bin/python -m ruff format --check .
+	.venv/bin/python -m mypy operator/torchrun_operator cluster/localkube
+
+crds: venv
+	.venv/bin/python -m torchrun_operator.api.crd > crds/torchrun.dev_distributedtrainingjobs.yaml
+
+up: build venv
+	LOCALKUBE_BIN=$(BIN) .venv/bin/python -m localkube up
+
+down: venv
+	.venv/bin/python -m localkube down
+
+demo: build venv
+	LOCALKUBE_BIN=$(BIN) hack/demo.sh
+
+-include mk/images.mk

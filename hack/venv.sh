@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Makes (or reuses) the pinned test environment and prints its python. The venv lives in a
+# cache folder keyed by the pins, so a fresh clone reuses it; pip's own cache makes a rebuild
+# download nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
+key=$(cat requirements-test.txt | sha256sum | cut -c1-12)
+VENV="$CACHE/venv-$key"
+if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
+  echo "[venv] creating $VENV" >&2
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip >&2
+  "$VENV/bin/pip" install -q -r requirements-test.txt >&2
+  touch "$VENV/.complete"
+fi
+ln -sfn "$VENV" .venv
+echo "$VENV/bin/python"

@@ -1,0 +1,230 @@
+"""The controller: caches fed by watches, a work queue of jobs, and workers that apply plans.
+
+Every decision is made by the pure `reconcile.reconcile`; this module only fetches what it
+needs from the caches, calls it, and carries the plan out against the API. It is
+level-triggered: whatever woke a job up, the job is reconciled from the whole observed state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from torchrun_operator import metrics
+from torchrun_operator.kube import events
+from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
+from torchrun_operator.kube.podwatch import PodWatcher
+from torchrun_operator.kube.workqueue import WorkQueue
+from torchrun_operator.names import GROUP, PLURAL, VERSION
+from torchrun_operator.reconcile import Plan, children, reconcile
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def launcher_source() -> str:
+    return resources.files("torchrun_operator.launcher").joinpath("launcher.py").read_text()
+
+
+def _ok_codes(e: ApiException, *codes: int) -> bool:
+    return e.status in codes
+
+
+class Controller:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespaces: list[str] | None = None,
+        workers: int = 4,
+        create_parallelism: int = 16,
+        debounce: float = 0.05,
+    ) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.jobs = JobCache()
+        self.pods = PodCache()
+        self.queue = WorkQueue()
+        self._namespaces = namespaces or [None]  # type: ignore[list-item]
+        self._workers = workers
+        self._pool = ThreadPoolExecutor(create_parallelism, thread_name_prefix="create")
+        self._debounce = debounce
+        self._children_done: set[str] = set()  # job uids whose Service+ConfigMap exist
+        self._launcher = launcher_source()
+        self._threads: list[threading.Thread] = []
+        self._watchers: list[PodWatcher] = []
+        self.active = threading.Event()  # set while this replica leads
+
+    # -- wiring ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for ns in self._namespaces:
+            w = PodWatcher(self.api, self.pods, self.enqueue, ns)
+            w.start()
+            self._watchers.append(w)
+        for i in range(self._workers):
+            t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.queue.shutdown()
+        for w in self._watchers:
+            w.stop()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def set_active(self, active: bool) -> None:
+        if active:
+            self.active.set()
+            for key in self.jobs.keys():
+                self.queue.add(key)
+        else:
+            self.active.clear()
+
+    def enqueue(self, key: JobKey) -> None:
+        # A short delay gathers a burst of pod events into one reconcile.
+        self.queue.add(key, after=self._debounce)
+
+    def on_job_event(self, kind: str | None, job: Obj) -> None:
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if kind == "DELETED":
+            self.jobs.remove(key)
+            self._children_done.discard(meta.get("uid", ""))
+            return
+        self.jobs.put(job)
+        self.queue.add(key)
+
+    # -- the work loop -----------------------------------------------------------------------
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                # A standby replica drops keys: set_active() re-queues every job on takeover.
+                if self.active.is_set():
+                    self.sync(key)  # type: ignore[arg-type]
+            except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
+                log.exception("reconcile of %s failed; retrying", key)
+                self.queue.add(key, after=2.0)
+                metrics.observe_reconcile(0.0, error=True)
+            finally:
+                self.queue.done(key)
+
+    def _watchers_synced(self) -> bool:
+        return all(w.synced.is_set() for w in self._watchers)
+
+    def sync(self, key: JobKey) -> None:
+        job = self.jobs.get(key)
+        if job is None or job["metadata"].get("deletionTimestamp"):
+            return
+        if not self._watchers_synced():
+            # Deciding from an empty pod cache would re-create pods that exist.
+            self.queue.add(key, after=0.5)
+            return
+        started = time.monotonic()
+        self._ensure_children(job)
+        plan = reconcile(job, self.pods.pods(key), dt.datetime.now(dt.UTC))
+        self._apply(job, plan)
+        metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    def _ensure_children(self, job: Obj) -> None:
+        uid = job["metadata"]["uid"]
+        if uid in self._children_done:
+            return
+        ns = job["metadata"]["namespace"]
+        for obj in children(job, self._launcher):
+            self._create(ns, obj)
+        self._children_done.add(uid)
+
+    def _create(self, ns: str, obj: Obj) -> Obj | None:
+        kind = obj["kind"]
+        fn = {
+            "Pod": self.core.create_namespaced_pod,
+            "Service": self.core.create_namespaced_service,
+            "ConfigMap": self.core.create_namespaced_config_map,
+        }[kind]
+        try:
+            resp = fn(ns, obj, _preload_content=False)
+            metrics.count_api_call("create", kind.lower(), 201)
+            created: Obj = json.loads(resp.data)
+            return created
+        except ApiException as e:
+            metrics.count_api_call("create", kind.lower(), e.status or 0)
+            if _ok_codes(e, 409):
+                return None
+            raise
+
+    def _apply(self, job: Obj, plan: Plan) -> None:
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        key = (ns, name)
+        for pod_name in plan.delete:
+            self._delete_pod(ns, pod_name)
+        if plan.create:
+            # Pods of one job are created concurrently: a 512-node job must not wait for 512
+            # round trips one after another.
+            for pod in self._pool.map(lambda p: self._create(ns, p), plan.create):
+                if pod is not None:
+                    self.pods.put(pod)
+        old_status = job.get("status") or {}
+        if plan.status != old_status:
+            self._patch_status(job, plan.status)
+        for ev in plan.events:
+            events.post(self.core, job, ev.type, ev.reason, ev.message)
+        if plan.delete_job:
+            self._delete_job(ns, name)
+            return
+        if plan.requeue_after is not None:
+            self.queue.add(key, after=max(plan.requeue_after, 0.05))
+
+    def _delete_pod(self, ns: str, name: str) -> None:
+        try:
+            resp = self.core.delete_namespaced_pod(name, ns, _preload_content=False)
+            metrics.count_api_call("delete", "pod", 200)
+            body = json.loads(resp.data)
+            if body.get("kind") == "Pod":
+                self.pods.put(body)  # now carries deletionTimestamp
+        except ApiException as e:
+            metrics.count_api_call("delete", "pod", e.status or 0)
+            if not _ok_codes(e, 404):
+                raise
+
+    def _patch_status(self, job: Obj, status: Obj) -> None:
+        meta = job["metadata"]
+        # "add" on /status replaces it whole: fields that went away (a cleared failure) go too,
+        # which a merge patch would keep.
+        patch = [{"op": "add", "path": "/status", "value": status}]
+        try:
+            resp = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
+                _preload_content=False,
+            )
+            metrics.count_api_call("patch", "distributedtrainingjob/status", 200)
+        except ApiException as e:
+            metrics.count_api_call("patch", "distributedtrainingjob/status", e.status or 0)
+            if _ok_codes(e, 404):
+                return
+            raise
+        self.jobs.put(json.loads(resp.data))
+
+    def _delete_job(self, ns: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+            metrics.count_api_call("delete", "distributedtrainingjob", 200)
+        except ApiException as e:
+            metrics.count_api_call("delete", "distributedtrainingjob", e.status or 0)
+            if not _ok_codes(e, 404):
+                raise

@@ -1,0 +1,84 @@
+"""kopf wiring only: login, start/stop of the controller, and DTJ events into its queue.
+
+No decisions here. There are deliberately no on.create/on.update/daemon handlers: those make
+kopf add finalizers or annotations to every job, and a finalizer means a job cannot be deleted
+while the operator is down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import kopf
+
+from torchrun_operator.controller import Controller
+from torchrun_operator.kube import client as kclient
+from torchrun_operator.kube.leader import LeaderElector
+from torchrun_operator.names import GROUP, PLURAL, VERSION
+
+log = logging.getLogger(__name__)
+
+
+class Options:
+    """Set by main() before kopf starts; read by the startup handler."""
+
+    namespaces: list[str] | None = None
+    leader_namespace: str | None = None
+    leader_id: str = "torchrun-operator"
+    workers: int = 4
+    metrics_port: int | None = None
+
+
+_state: dict[str, Any] = {}
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    # Explicit, so kopf never guesses between installed clients.
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+
+@kopf.on.startup()
+def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.level = logging.WARNING  # our own events say what matters
+    settings.watching.server_timeout = 300
+    api = kclient.load()
+    ctrl = Controller(api, namespaces=Options.namespaces, workers=Options.workers)
+    _state["controller"] = ctrl
+    if Options.metrics_port:
+        from torchrun_operator import metrics
+
+        metrics.start_metrics_server(Options.metrics_port)
+    ctrl.start()
+    if Options.leader_namespace:
+        identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+        elector = LeaderElector(
+            api,
+            Options.leader_namespace,
+            Options.leader_id,
+            identity,
+            on_started=lambda: ctrl.set_active(True),
+            on_stopped=lambda: ctrl.set_active(False),
+        )
+        _state["elector"] = elector
+        elector.start()
+    else:
+        ctrl.set_active(True)
+
+
+@kopf.on.cleanup()
+def cleanup(**_: Any) -> None:
+    if elector := _state.pop("elector", None):
+        elector.stop()
+    if ctrl := _state.pop("controller", None):
+        ctrl.stop()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def job_event(event: dict[str, Any], **_: Any) -> None:
+    ctrl: Controller | None = _state.get("controller")
+    if ctrl is not None and event.get("object"):
+        ctrl.on_job_event(event.get("type"), event["object"])

@@ -1,0 +1,110 @@
+"""In-memory views of the objects the operator watches, keyed by job.
+
+Both the watch streams and our own API responses feed these caches. Feeding our responses in
+right away matters: without it, a reconcile that runs before the watch delivers a pod we just
+created would see that pod missing and take it for a pod deleted by someone else.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from torchrun_operator.names import JOB_LABEL
+
+JobKey = tuple[str, str]  # (namespace, name)
+Obj = dict[str, Any]
+
+
+def _rv(obj: Obj) -> int | None:
+    # resourceVersion is opaque by contract but is etcd's revision number in every apiserver
+    # we know; comparing it keeps a late watch event from overwriting a newer response.
+    try:
+        return int(obj.get("metadata", {}).get("resourceVersion", ""))
+    except ValueError:
+        return None
+
+
+def is_newer(new: Obj, old: Obj | None) -> bool:
+    if old is None:
+        return True
+    a, b = _rv(new), _rv(old)
+    return a is None or b is None or a >= b
+
+
+class JobCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[JobKey, Obj] = {}
+
+    def put(self, job: Obj) -> None:
+        key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        with self._lock:
+            if is_newer(job, self._jobs.get(key)):
+                self._jobs[key] = job
+
+    def remove(self, key: JobKey) -> None:
+        with self._lock:
+            self._jobs.pop(key, None)
+
+    def get(self, key: JobKey) -> Obj | None:
+        with self._lock:
+            return self._jobs.get(key)
+
+    def keys(self) -> list[JobKey]:
+        with self._lock:
+            return list(self._jobs)
+
+
+class PodCache:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_job: dict[JobKey, dict[str, Obj]] = {}
+
+    @staticmethod
+    def job_key(pod: Obj) -> JobKey | None:
+        meta = pod.get("metadata", {})
+        job = (meta.get("labels") or {}).get(JOB_LABEL)
+        return (meta["namespace"], job) if job else None
+
+    def put(self, pod: Obj) -> JobKey | None:
+        key = self.job_key(pod)
+        if key is None:
+            return None
+        name = pod["metadata"]["name"]
+        with self._lock:
+            pods = self._by_job.setdefault(key, {})
+            if is_newer(pod, pods.get(name)):
+                pods[name] = pod
+        return key
+
+    def remove(self, pod: Obj) -> JobKey | None:
+        key = self.job_key(pod)
+        if key is None:
+            return None
+        with self._lock:
+            pods = self._by_job.get(key, {})
+            old = pods.get(pod["metadata"]["name"])
+            # Only the same incarnation may be removed: a pod re-created under the same name
+            # has another uid.
+            if old is not None and old["metadata"].get("uid") == pod["metadata"].get("uid"):
+                del pods[pod["metadata"]["name"]]
+            if not pods:
+                self._by_job.pop(key, None)
+        return key
+
+    def replace_all(self, pods: list[Obj]) -> set[JobKey]:
+        """After a re-list: the listed pods are the truth. Returns every job touched."""
+        fresh: dict[JobKey, dict[str, Obj]] = {}
+        for pod in pods:
+            key = self.job_key(pod)
+            if key is not None:
+                fresh.setdefault(key, {})[pod["metadata"]["name"]] = pod
+        with self._lock:
+            touched = set(self._by_job) | set(fresh)
+            self._by_job = fresh
+        return touched
+
+    def pods(self, key: JobKey) -> list[Obj]:
+        with self._lock:
+            return list(self._by_job.get(key, {}).values())

@@ -1,0 +1,103 @@
+"""Watches our pods, and only ours, through a label selector.
+
+kopf sends no label selector, so a kopf pod handler would stream every pod in the cluster.
+This watcher lists then watches pods carrying the job label, feeds the pod cache and tells the
+controller which job changed. It re-lists on 410 Gone and on any stream error.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from torchrun_operator.kube.cache import JobKey, PodCache
+from torchrun_operator.names import JOB_LABEL
+
+log = logging.getLogger(__name__)
+
+
+class PodWatcher:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: PodCache,
+        on_change: Callable[[JobKey], None],
+        namespace: str | None = None,
+    ) -> None:
+        self._core = client.CoreV1Api(api)
+        self._api = api
+        self._cache = cache
+        self._on_change = on_change
+        self._namespace = namespace
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self.synced = threading.Event()
+        self.thread = threading.Thread(
+            target=self._run, name=f"podwatch-{namespace or 'all'}", daemon=True
+        )
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _list(self, **kw: object) -> dict:
+        if self._namespace:
+            fn = self._core.list_namespaced_pod
+            kw["namespace"] = self._namespace
+        else:
+            fn = self._core.list_pod_for_all_namespaces
+        resp = fn(label_selector=JOB_LABEL, _preload_content=False, **kw)
+        import json
+
+        return json.loads(resp.data)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                listed = self._list()
+                for key in self._cache.replace_all(listed.get("items", [])):
+                    self._on_change(key)
+                self.synced.set()
+                self._stream(listed["metadata"]["resourceVersion"])
+            except ApiException as e:
+                if e.status != 410:
+                    log.warning("pod watch failed: %s; re-listing", e.reason)
+                    time.sleep(1)
+            except Exception:  # noqa: BLE001 - the watcher must outlive any one failure
+                log.exception("pod watch crashed; re-listing")
+                time.sleep(1)
+
+    def _stream(self, resource_version: str) -> None:
+        self._watch = watch.Watch()
+        kw: dict[str, object] = {
+            "label_selector": JOB_LABEL,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": 300,
+        }
+        if self._namespace:
+            fn = self._core.list_namespaced_pod
+            kw["namespace"] = self._namespace
+        else:
+            fn = self._core.list_pod_for_all_namespaces
+        for event in self._watch.stream(fn, **kw):
+            if self._stop.is_set():
+                return
+            kind, obj = event["type"], event["raw_object"]
+            if kind == "ERROR":
+                code = obj.get("code")
+                raise ApiException(status=code, reason=obj.get("message"))
+            if kind == "BOOKMARK":
+                continue
+            key = self._cache.remove(obj) if kind == "DELETED" else self._cache.put(obj)
+            if key is not None:
+                self._on_change(key)

@@ -1,0 +1,102 @@
+"""A keyed work queue with delays and de-duplication, as controller-runtime has.
+
+Many pod events for one job collapse into one pending key, so a burst of 512 pod updates
+costs a handful of reconciles, and a key is never processed by two workers at once (a key that
+is re-added while it is being processed runs once more afterwards).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Hashable
+
+
+class WorkQueue:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._ready: list[Hashable] = []  # FIFO of keys due now
+        self._queued: set[Hashable] = set()  # keys in _ready
+        self._processing: set[Hashable] = set()
+        self._dirty: set[Hashable] = set()  # re-added while processing
+        self._delayed: list[tuple[float, int, Hashable]] = []  # heap of (due, seq, key)
+        self._due: dict[Hashable, float] = {}  # earliest due time per delayed key
+        self._seq = 0
+        self._shutdown = False
+
+    def add(self, key: Hashable, after: float = 0.0) -> None:
+        with self._cond:
+            if self._shutdown:
+                return
+            if after > 0:
+                due = self._clock() + after
+                # Keep only the earliest wake-up per key: a later one adds nothing.
+                if key in self._due and self._due[key] <= due:
+                    return
+                self._due[key] = due
+                self._seq += 1
+                heapq.heappush(self._delayed, (due, self._seq, key))
+                self._cond.notify()
+                return
+            self._add_now(key)
+
+    def _add_now(self, key: Hashable) -> None:
+        if key in self._processing:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._ready.append(key)
+            self._cond.notify()
+
+    def _promote_due(self) -> float | None:
+        """Moves delayed keys whose time has come; returns seconds until the next one."""
+        now = self._clock()
+        while self._delayed:
+            due, _, key = self._delayed[0]
+            if self._due.get(key) != due:  # superseded by an earlier wake-up
+                heapq.heappop(self._delayed)
+                continue
+            if due > now:
+                return due - now
+            heapq.heappop(self._delayed)
+            del self._due[key]
+            self._add_now(key)
+        return None
+
+    def get(self, timeout: float | None = None) -> Hashable | None:
+        """Blocks until a key is due; None on shutdown or timeout."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                if self._shutdown:
+                    return None
+                wait = self._promote_due()
+                if self._ready:
+                    key = self._ready.pop(0)
+                    self._queued.discard(key)
+                    self._processing.add(key)
+                    return key
+                if deadline is not None:
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+
+    def done(self, key: Hashable) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._add_now(key)
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._ready) + len(self._due)

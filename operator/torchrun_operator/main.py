@@ -1,0 +1,55 @@
+"""`torchrun-operator`: runs the operator through kopf with our options."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+import kopf
+
+from torchrun_operator import handlers
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="torchrun-operator", description=__doc__)
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    scope.add_argument(
+        "-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)"
+    )
+    p.add_argument("--liveness-port", type=int, default=8080, help="serves /healthz; 0 disables")
+    p.add_argument("--metrics-port", type=int, default=9090, help="serves /metrics; 0 disables")
+    p.add_argument("--leader-election-namespace", help="enable leader election on a Lease here")
+    p.add_argument("--leader-election-id", default="torchrun-operator")
+    p.add_argument("--workers", type=int, default=4, help="jobs reconciled at once")
+    p.add_argument("--log-format", choices=["plain", "json"], default="plain")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    handlers.Options.namespaces = args.namespace or None
+    handlers.Options.leader_namespace = args.leader_election_namespace
+    handlers.Options.leader_id = args.leader_election_id
+    handlers.Options.workers = args.workers
+    handlers.Options.metrics_port = args.metrics_port or None
+    kopf.configure(
+        verbose=args.verbose,
+        log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
+    )
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
+    asyncio.run(
+        kopf.operator(
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            liveness_endpoint=liveness,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
