@@ -23,12 +23,15 @@ lint: venv
 	.venv/bin/python -m mypy operator/torchrun_operator cluster/localkube
 
 crds: venv
-	.venv/bin/python -m torchrun_operator.api.crd > crds/torchrun.dev_distributedtrainingjobs.yaml
+	PYTHONPATH=operator .venv/bin/python -m torchrun_operator.api.crd > crds/torchrun.dev_distributedtrainingjobs.yaml
+	hack/sync-chart-crds.sh
+	hack/gen-install-manifest.sh
 
 up: build venv
 	LOCALKUBE_BIN=$(BIN) .venv/bin/python -m localkube up
 
 down: venv
+	-[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) && rm -f .cluster/operator.pid
 	.venv/bin/python -m localkube down
 
 demo: build venv

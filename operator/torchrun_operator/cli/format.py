@@ -1,0 +1,324 @@
+"""Pure formatting for kubectl-dtj: DistributedTrainingJob dicts in, text out.
+
+Works on the raw object as the API returns it (camelCase keys, DESIGN "Status"), not on the
+pydantic models: a CLI must still show something useful for an object written by an older or
+newer operator, so every field is optional here and a missing one prints as "-" or "<none>".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "FormatError",
+    "find_rank_entry",
+    "format_age",
+    "format_failure",
+    "format_job_list",
+    "format_job_status",
+    "format_objects",
+    "human_duration",
+    "parse_rank_ranges",
+    "parse_time",
+    "render_table",
+]
+
+Obj = Mapping[str, Any]
+NONE = "<none>"
+
+
+class FormatError(ValueError):
+    """A user-facing error: the message is printed as is."""
+
+
+def parse_time(value: object) -> datetime | None:
+    """RFC 3339 as the API writes it ("2026-11-26T01:02:03Z"), or a datetime, to aware UTC."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_age(start: object, now: datetime) -> str:
+    """The age as kubectl prints it (apimachinery's HumanDuration): 45s, 3m20s, 12m, 5h2m, 3d."""
+    t = parse_time(start)
+    if t is None:
+        return NONE
+    return human_duration(int((now - t).total_seconds()))
+
+
+def human_duration(seconds: int) -> str:
+    seconds = max(0, seconds)
+    if seconds < 120:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 10:
+        return f"{minutes}m{seconds % 60}s" if seconds % 60 else f"{minutes}m"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 8:
+        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 192:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    days = hours // 24
+    if days < 365 * 2:
+        return f"{days}d"
+    years = days // 365
+    if years < 8:
+        return f"{years}y{days % 365}d" if days % 365 else f"{years}y"
+    return f"{years}y"
+
+
+def render_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """kubectl-style: columns left-aligned, separated by three spaces, no borders."""
+    cells = [list(header)] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None or value == "":
+        return NONE
+    return str(value)
+
+
+def _status(job: Obj) -> Obj:
+    status = job.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
+def _meta(job: Obj) -> Obj:
+    meta = job.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _nodes_ready(status: Obj) -> str:
+    nodes = status.get("nodes") or {}
+    desired = nodes.get("desired")
+    # "ready" counts pods whose training is under way; `running` is what the status reports
+    # for that (a Ready pod means rendezvous completed, DESIGN "The pod contract").
+    ready = nodes.get("ready", nodes.get("running"))
+    if desired is None and ready is None:
+        return "-"
+    return f"{ready if ready is not None else 0}/{desired if desired is not None else '?'}"
+
+
+def format_job_list(jobs: Sequence[Obj], now: datetime, all_namespaces: bool = False) -> str:
+    if not jobs:
+        return "No resources found."
+    header = ["NAME", "PHASE", "NODES", "WORLD", "ATTEMPT", "AGE"]
+    if all_namespaces:
+        header = ["NAMESPACE", *header]
+    rows = []
+
+    def key(job: Obj) -> tuple[str, str]:
+        return str(_meta(job).get("namespace", "")), str(_meta(job).get("name", ""))
+
+    for job in sorted(jobs, key=key):
+        meta, status = _meta(job), _status(job)
+        row = [
+            meta.get("name"),
+            status.get("phase", "Pending" if not status else None),
+            _nodes_ready(status),
+            status.get("worldSize", "-"),
+            status.get("attempt", 0),
+            format_age(meta.get("creationTimestamp"), now),
+        ]
+        rows.append([meta.get("namespace"), *row] if all_namespaces else row)
+    return render_table(header, rows)
+
+
+def _condition_lines(status: Obj) -> list[str]:
+    lines = []
+    for cond in status.get("conditions") or []:
+        text = f"  {cond.get('type')}={cond.get('status')}"
+        if cond.get("reason"):
+            text += f" ({cond['reason']})"
+        if cond.get("message"):
+            text += f": {cond['message']}"
+        lines.append(text)
+    return lines
+
+
+def _exit(entry: Obj) -> object:
+    code = entry.get("exitCode")
+    return "-" if code is None else code
+
+
+def format_failure(failure: Obj) -> str:
+    """The root cause in full: no truncation, the message keeps its own line breaks."""
+    where = []
+    for key, label in (
+        ("rank", "rank"),
+        ("nodeRank", "node rank"),
+        ("pod", "pod"),
+        ("node", "node"),
+        ("exitCode", "exit code"),
+        ("kind", "kind"),
+        ("reason", "reason"),
+        ("at", "at"),
+    ):
+        if failure.get(key) is not None:
+            where.append(f"  {label}: {failure[key]}")
+    lines = ["Root cause:", *where]
+    message = failure.get("message")
+    if message:
+        lines.append("  message:")
+        lines.extend("    " + line for line in str(message).splitlines())
+    return "\n".join(lines)
+
+
+def format_job_status(job: Obj, now: datetime) -> str:
+    meta, status = _meta(job), _status(job)
+    nodes = status.get("nodes") or {}
+    summary = [
+        ("Name", meta.get("name")),
+        ("Namespace", meta.get("namespace")),
+        ("Phase", status.get("phase", "Pending")),
+        ("Attempt", status.get("attempt", 0)),
+        ("World size", status.get("worldSize", "-")),
+        # `summary` repeats ready/desired for kubectl's printer columns.
+        ("Nodes", ", ".join(f"{k} {v}" for k, v in nodes.items() if k != "summary") or "-"),
+        ("Age", format_age(meta.get("creationTimestamp"), now)),
+    ]
+    start, end = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    if start is not None:
+        summary.append(("Started", status["startTime"]))
+    if end is not None:
+        summary.append(("Completed", status["completionTime"]))
+        if start is not None:
+            summary.append(("Duration", _duration(end - start)))
+    width = max(len(k) for k, _ in summary) + 1
+    out = [f"{(k + ':').ljust(width)} {_cell(v)}" for k, v in summary]
+
+    conditions = _condition_lines(status)
+    if conditions:
+        out += ["", "Conditions:", *conditions]
+
+    restarts = status.get("restarts") or []
+    if restarts:
+        out += [
+            "",
+            "Restarts:",
+            render_table(
+                ["ATTEMPT", "AT", "KIND", "RANK", "REASON"],
+                [
+                    [r.get("attempt"), r.get("at"), r.get("kind"), r.get("rank"), r.get("reason")]
+                    for r in restarts
+                ],
+            ),
+        ]
+
+    ranks = sorted(status.get("ranks") or [], key=lambda r: r.get("nodeRank", 0))
+    if ranks:
+        out.append("")
+        out.append(
+            render_table(
+                ["NODE-RANK", "POD", "NODE", "GLOBAL-RANKS", "PHASE", "RESTARTS", "EXIT", "REASON"],
+                [
+                    [
+                        r.get("nodeRank"),
+                        r.get("pod"),
+                        r.get("node"),
+                        r.get("globalRanks"),
+                        r.get("phase"),
+                        r.get("restarts", 0),
+                        _exit(r),
+                        r.get("reason"),
+                    ]
+                    for r in ranks
+                ],
+            )
+        )
+    failure = status.get("failure")
+    if isinstance(failure, Mapping) and failure:
+        out += ["", format_failure(failure)]
+    return "\n".join(out)
+
+
+def _duration(delta: Any) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def parse_rank_ranges(text: str) -> set[int]:
+    """ "0-7" or "0-3,8-11" or "5" to the set of global ranks it names."""
+    ranks: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            start, stop = int(lo), int(hi) if sep else int(lo)
+        except ValueError as e:
+            raise FormatError(f"bad globalRanks {text!r}") from e
+        ranks.update(range(start, stop + 1))
+    return ranks
+
+
+def find_rank_entry(job: Obj, rank: int | None = None, node_rank: int | None = None) -> Obj:
+    """The status.ranks entry holding global `rank`, or node rank `node_rank`.
+
+    Raises FormatError with a message that says what is known, e.g. before rendezvous
+    (globalRanks still unset) or for a rank beyond the world size.
+    """
+    if (rank is None) == (node_rank is None):
+        raise FormatError("give exactly one of --rank or --node-rank")
+    name = _meta(job).get("name", "?")
+    entries = list(_status(job).get("ranks") or [])
+    if node_rank is not None:
+        for entry in entries:
+            if entry.get("nodeRank") == node_rank:
+                return entry
+        known = sorted(e.get("nodeRank") for e in entries if e.get("nodeRank") is not None)
+        raise FormatError(f"job {name} has no node rank {node_rank} (node ranks: {known or NONE})")
+    assert rank is not None
+    for entry in entries:
+        if entry.get("globalRanks") and rank in parse_rank_ranges(str(entry["globalRanks"])):
+            return entry
+    world = _status(job).get("worldSize")
+    if entries and not any(e.get("globalRanks") for e in entries):
+        raise FormatError(
+            f"job {name}: global ranks are not assigned yet (rendezvous has not completed); "
+            "use --node-rank"
+        )
+    raise FormatError(f"job {name} has no global rank {rank} (world size {world or '-'})")
+
+
+def format_objects(objs: Sequence[Obj] | Obj, output: str) -> str:
+    """json or yaml of one object, or of a list as a kubectl `List`."""
+    data: Any = objs
+    if not isinstance(objs, Mapping):
+        data = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
+    if output == "json":
+        return json.dumps(data, indent=2, default=str)
+    if output == "yaml":
+        return yaml.safe_dump(_plain(data), sort_keys=False).rstrip("\n")
+    raise FormatError(f"unknown output format {output!r}: json, yaml or table")
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and sequences to dict/list so yaml.safe_dump accepts them."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

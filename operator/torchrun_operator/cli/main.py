@@ -1,0 +1,197 @@
+"""kubectl-dtj: list DistributedTrainingJobs, show per-rank status, fetch a rank's logs.
+
+On PATH as `kubectl-dtj`, kubectl runs it for `kubectl dtj ...`. This module is the thin I/O
+part: argument parsing and API calls; everything it prints comes from `format`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from torchrun_operator.cli import format as fmt
+
+GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
+
+
+def _common_options(default: Any) -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--kubeconfig",
+        default=default,
+        help="path to the kubeconfig (default: $KUBECONFIG, then ~/.kube/config, then in-cluster)",
+    )
+    common.add_argument("--context", default=default, help="kubeconfig context to use")
+    common.add_argument(
+        "-n", "--namespace", default=default, help="namespace (default: the context's)"
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # The options are accepted before and after the command (`kubectl dtj -n ns list` and
+    # `kubectl dtj list -n ns`); the command's copy must not reset a value given before it,
+    # hence SUPPRESS as its default.
+    common = _common_options(argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(
+        prog="kubectl dtj",
+        description="Inspect torchrun-operator DistributedTrainingJobs.",
+        parents=[_common_options(None)],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", aliases=["ls", "get"], parents=[common], help="list jobs")
+    p.add_argument("-A", "--all-namespaces", action="store_true")
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+
+    p = sub.add_parser(
+        "status", parents=[common], help="summary, per-rank table and root cause of one job"
+    )
+    p.add_argument("job")
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+
+    p = sub.add_parser("logs", parents=[common], help="logs of the pod that runs a rank")
+    p.add_argument("job")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--rank", type=int, help="global rank (as in RANK of the worker)")
+    which.add_argument("--node-rank", type=int, help="node rank (pod index)")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument(
+        "-p", "--previous", action="store_true", help="logs of the previous container instance"
+    )
+    p.add_argument("-c", "--container", help="container (default: the pod's only one)")
+    p.add_argument("--tail", type=int, help="lines from the end to show")
+    return parser
+
+
+class _Kube:
+    """The few API calls the CLI makes, with the client imported only when needed."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        from kubernetes import client, config
+
+        self.namespace = "default"
+        try:
+            # load_kube_config honours $KUBECONFIG when config_file is None.
+            config.load_kube_config(config_file=kubeconfig, context=context)
+            _contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            if context:
+                active = next(c for c in _contexts if c["name"] == context)
+            self.namespace = (active.get("context") or {}).get("namespace") or "default"
+        except config.ConfigException as kubeconfig_error:
+            if kubeconfig:
+                raise
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                # Not in a pod either: the kubeconfig's problem is the one to report.
+                raise kubeconfig_error from None
+            try:
+                with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
+                    self.namespace = f.read().strip() or "default"
+            except OSError:
+                pass
+        self.custom = client.CustomObjectsApi()
+        self.core = client.CoreV1Api()
+
+    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
+        res: dict[str, Any]
+        if namespace is None:
+            res = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)  # type: ignore[assignment]
+        else:
+            res = self.custom.list_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, PLURAL
+            )
+        return list(res.get("items", []))
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+        return obj
+
+    def stream_logs(self, namespace: str, pod: str, args: argparse.Namespace) -> None:
+        kwargs: dict[str, Any] = {"follow": args.follow, "previous": args.previous}
+        if args.container:
+            kwargs["container"] = args.container
+        if args.tail is not None:
+            kwargs["tail_lines"] = args.tail
+        # Unpreloaded: with -f the body never ends, so print chunks as they arrive.
+        resp: Any = self.core.read_namespaced_pod_log(
+            pod, namespace, _preload_content=False, **kwargs
+        )
+        try:
+            for chunk in resp.stream(4096):
+                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+        finally:
+            resp.release_conn()
+
+
+def run(args: argparse.Namespace, kube: _Kube, now: datetime) -> str:
+    """Execute one command and return what to print (logs stream instead, returning "")."""
+    namespace = args.namespace or kube.namespace
+    if args.command in ("list", "ls", "get"):
+        jobs = kube.list_jobs(None if args.all_namespaces else namespace)
+        if args.output != "table":
+            return fmt.format_objects(jobs, args.output)
+        return fmt.format_job_list(jobs, now, all_namespaces=args.all_namespaces)
+    try:
+        job = kube.get_job(namespace, args.job)
+    except Exception as e:
+        if getattr(e, "status", None) == 404:
+            raise fmt.FormatError(
+                f"distributedtrainingjob {args.job!r} not found in namespace {namespace!r}"
+            ) from e
+        raise
+    if args.command == "status":
+        if args.output != "table":
+            return fmt.format_objects(job, args.output)
+        return fmt.format_job_status(job, now)
+    entry = fmt.find_rank_entry(job, rank=args.rank, node_rank=args.node_rank)
+    pod = entry.get("pod")
+    if not pod:
+        raise fmt.FormatError(f"node rank {entry.get('nodeRank')} has no pod yet")
+    kube.stream_logs(namespace, str(pod), args)
+    return ""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+
+    try:
+        kube = _Kube(args.kubeconfig, args.context)
+        text = run(args, kube, datetime.now(UTC))
+    except fmt.FormatError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except ConfigException as e:
+        print(f"error: no usable kubeconfig: {e}", file=sys.stderr)
+        return 1
+    except ApiException as e:
+        print(f"error: {_api_error(e, args)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    if text:
+        print(text)
+    return 0
+
+
+def _api_error(e: Any, args: argparse.Namespace) -> str:
+    if e.status == 404 and args.command == "logs":
+        return "the pod is gone (its logs went with it)"
+    if e.status == 404:
+        return "the DistributedTrainingJob CRD is not installed in this cluster"
+    if e.status == 403:
+        return f"forbidden: {e.reason}"
+    return f"{e.status} {e.reason}: {e.body}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
