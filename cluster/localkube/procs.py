@@ -1,0 +1,226 @@
+"""Starting, probing and stopping the component processes; the I/O half of the control plane."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+
+class ComponentError(RuntimeError):
+    """A component failed to start or become healthy; the message carries its log's tail."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_ports(n: int) -> list[int]:
+    # Held open together so the kernel hands out n distinct ports.
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        data = path.read_bytes()[-16384:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: the kernel sends SIGTERM when the thread that
+    # started it exits, so a killed test session leaves no control plane running.
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def start(
+    argv: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen[bytes]:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        # A session of its own: the components outlive the CLI that started them, and a
+        # Ctrl-C in the caller's terminal does not reach them.
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is dead for our purposes.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def is_ours(pid: int, marker: str) -> bool:
+    """Whether a recorded PID still names our process (PIDs are reused): its command line
+    mentions our cluster directory or our binary."""
+    return pid_alive(pid) and any(marker in a for a in cmdline(pid))
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    for _ in range(100):
+        _reap(pid)
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+
+
+def http_ok(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def insecure_context() -> ssl.SSLContext:
+    """For loopback health endpoints of components that serve self-signed certificates."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def client_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert), str(key) if key else None)
+    return ctx
+
+
+def wait_until(
+    name: str,
+    check: Callable[[], bool],
+    proc: subprocess.Popen[bytes] | None,
+    log: Path,
+    timeout: float,
+    interval: float = 0.2,
+) -> None:
+    """Polls `check` until it is true; fails fast when the process exits, and always with the
+    tail of the component's log."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise ComponentError(
+                f"{name} exited with code {proc.returncode} before it was healthy; "
+                f"last lines of {log}:\n{log_tail(log)}"
+            )
+        if time.monotonic() > deadline:
+            raise ComponentError(
+                f"{name} not healthy after {timeout:.0f}s; last lines of {log}:\n{log_tail(log)}"
+            )
+        time.sleep(interval)
+
+
+def mounts_under(dir: Path) -> list[str]:
+    """Mount points at or below `dir` in our mount namespace, deepest first."""
+    root = str(dir.resolve())
+    found = []
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 5:
+            continue
+        # mountinfo escapes spaces and the like as octal
+        point = parts[4].encode().decode("unicode_escape")
+        if point == root or point.startswith(root + "/"):
+            found.append(point)
+    return sorted(set(found), key=len, reverse=True)
+
+
+def unmount_under(dir: Path) -> list[str]:
+    done = []
+    for point in mounts_under(dir):
+        r = subprocess.run(["umount", "-l", point], capture_output=True, text=True)
+        if r.returncode == 0:
+            done.append(point)
+    return done
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """PIDs whose command line mentions `marker` (our cluster directory)."""
+    me = os.getpid()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        if pid_alive(pid) and any(marker in a for a in cmdline(pid)):
+            pids.append(pid)
+    return pids

@@ -1,0 +1,95 @@
+"""Helpers for tests against a cluster: waiting, naming, picking a free pod subnet, and a
+stand-in for `Cluster` when the tests run against any KUBECONFIG (kind, a real cluster)."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localkube import network
+
+
+def use_external_cluster() -> bool:
+    """LOCALKUBE_USE_KUBECONFIG=1, or KUBECONFIG set and LOCALKUBE=0."""
+    if os.environ.get("LOCALKUBE_USE_KUBECONFIG") == "1":
+        return True
+    return bool(os.environ.get("KUBECONFIG")) and os.environ.get("LOCALKUBE") == "0"
+
+
+@dataclass
+class ExternalCluster:
+    """Any cluster reachable through a kubeconfig: the parts of `Cluster` that work anywhere."""
+
+    kubeconfig: Path
+
+    def mint_service_account_kubeconfig(self, namespace: str, sa: str) -> Path:
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        try:
+            resp = client.CoreV1Api(api).create_namespaced_service_account_token(
+                sa,
+                namespace,
+                client.AuthenticationV1TokenRequest(
+                    spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+                ),
+            )
+        finally:
+            api.close()
+        assert resp.status is not None and resp.status.token, "TokenRequest returned no token"
+        token = resp.status.token
+        cfg = yaml.safe_load(self.kubeconfig.read_text())
+        ctx = next(c for c in cfg["contexts"] if c["name"] == cfg["current-context"])["context"]
+        cl = next(c for c in cfg["clusters"] if c["name"] == ctx["cluster"])
+        out = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cl],
+            "users": [{"name": "sa", "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": cl["name"], "user": "sa"}}],
+            "current-context": "sa",
+        }
+        path = Path(tempfile.mkdtemp(prefix="sa-kubeconfig-")) / "config"
+        path.write_text(yaml.safe_dump(out))
+        return path
+
+
+def unique_cluster_name() -> str:
+    """Per test process, so parallel sessions on one host get distinct bridges."""
+    return f"it{os.getpid()}"[:12]
+
+
+def pick_base(candidates: range = range(200, 255)) -> int:
+    # Random among the free ones: parallel sessions on one host rarely pick the same subnet
+    # in the moment between looking and creating the bridge.
+    used = network.used_bases()
+    free = [b for b in candidates if b not in used]
+    if not free:
+        raise RuntimeError("no free 10.x.0.0/16 for a local cluster")
+    return random.choice(free)
+
+
+def namespace_name(test_name: str) -> str:
+    """A DNS-1123 label (at most 63 characters) from a test's name, with a random suffix."""
+    base = re.sub(r"[^a-z0-9-]+", "-", test_name.lower()).strip("-")[:50].strip("-") or "t"
+    return f"{base}-{random.randrange(16**6):06x}"
+
+
+def wait_for(what: str, check: Any, timeout: float = 30.0, interval: float = 0.2) -> Any:
+    """Polls `check` until it returns something truthy, and returns that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

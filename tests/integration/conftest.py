@@ -1,0 +1,104 @@
+"""Fixtures for tests against a real control plane.
+
+By default a localkube cluster (etcd, kube-apiserver, controllers, scheduler, CoreDNS and two
+process nodes) starts once per session in a temporary directory. With
+LOCALKUBE_USE_KUBECONFIG=1 (or KUBECONFIG set and LOCALKUBE=0) the tests use whatever cluster
+KUBECONFIG points at instead, e.g. kind; tests marked `localkube` need its insides and are
+skipped there, with that reason.
+
+A cluster that fails to come up is an error in every test that needs it, never a skip.
+LOCALKUBE_KEEP_LOGS=1 keeps the cluster directory (logs under DIR/logs) after the session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from localkube.components import default_nodes
+from localkube.controlplane import Cluster, node_package_available
+from localkube.testing import (
+    ExternalCluster,
+    namespace_name,
+    pick_base,
+    unique_cluster_name,
+    use_external_cluster,
+    wait_for,
+)
+
+INTEGRATION_DIR = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: needs a real control plane")
+    config.addinivalue_line("markers", "localkube: needs localkube internals, not any cluster")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_DIR not in Path(str(item.fspath)).parents:
+            continue
+        item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("localkube") and use_external_cluster():
+            item.add_marker(pytest.mark.skip(reason="needs localkube; running against KUBECONFIG"))
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster | ExternalCluster]:
+    if use_external_cluster():
+        yield ExternalCluster(Path(os.environ["KUBECONFIG"]))
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="localkube-"))
+    # Without the process node (not yet written, or broken on import) there are no nodes:
+    # tests that need pods fail on their own, the control plane's tests still run.
+    nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0) if node_package_available() else []
+    c = Cluster(
+        tmp, name=unique_cluster_name(), base=pick_base(), nodes=nodes, die_with_parent=True
+    )
+    # A failure raises with the failing component's log tail: every test using the cluster
+    # errors with it (pytest caches a session fixture's error), none is skipped.
+    c.up(timeout=180)
+    try:
+        yield c
+    finally:
+        c.down()
+        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: Cluster | ExternalCluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def namespace(kube: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(kube)
+    name = namespace_name(request.node.name)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def default_sa() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return True
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+
+    # Pods are refused until ServiceAccount admission finds the namespace's default SA.
+    wait_for(f"default ServiceAccount in {name}", default_sa)
+    yield name
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
