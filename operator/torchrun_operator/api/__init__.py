@@ -1,0 +1,1 @@
+"""The DistributedTrainingJob API: models, names, CRD generation."""

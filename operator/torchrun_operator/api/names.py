@@ -1,0 +1,66 @@
+"""Names, labels and constants shared by the renderer, the reconciler and the shell."""
+
+from __future__ import annotations
+
+import hashlib
+
+GROUP = "torchrun.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "DistributedTrainingJob"
+PLURAL = "distributedtrainingjobs"
+SINGULAR = "distributedtrainingjob"
+SHORT_NAMES = ["dtj", "dtjs"]
+
+LABEL_JOB_NAME = f"{GROUP}/job-name"
+LABEL_NODE_RANK = f"{GROUP}/node-rank"
+LABEL_ATTEMPT = f"{GROUP}/attempt"
+
+# Kubernetes limits: DNS-1123/1035 labels (hostnames, Service names) are at most 63 characters.
+MAX_LABEL_LENGTH = 63
+
+
+def service_name(job_name: str) -> str:
+    """The headless Service; its name is also every pod's `subdomain`."""
+    return job_name
+
+
+def launcher_configmap_name(job_name: str) -> str:
+    return f"{job_name}-launcher"
+
+
+def hostname(job_name: str, node_index: int) -> str:
+    """Stable per node index across attempts, so `<job>-<i>.<job>` always names node rank i."""
+    return f"{job_name}-{node_index}"
+
+
+def rendezvous_host(job_name: str) -> str:
+    """Pod 0 hosts the c10d store; the short form relies on the namespace search domain."""
+    return f"{hostname(job_name, 0)}.{service_name(job_name)}"
+
+
+def pod_name(job_name: str, node_index: int, attempt: int, replacement: int = 0) -> str:
+    """Pod name for node `node_index` of gang attempt `attempt`.
+
+    Attempt 0 uses the hostname itself (`<job>-<i>`), the common case reads naturally. Later
+    attempts and elastic replacements get a suffix (`-a<attempt>`, `r<k>`) so a new pod never
+    collides with a terminating pod of an earlier attempt, whose deletion may take the whole
+    grace period. If the suffix pushes the name past 63 characters, the job-name part is
+    shortened and a hash of the full job name keeps names of different jobs apart.
+    """
+    base = hostname(job_name, node_index)
+    if attempt == 0 and replacement == 0:
+        return base
+    suffix = f"-a{attempt}" + (f"r{replacement}" if replacement else "")
+    name = base + suffix
+    if len(name) <= MAX_LABEL_LENGTH:
+        return name
+    digest = hashlib.sha256(job_name.encode()).hexdigest()[:6]
+    tail = f"-{digest}-{node_index}{suffix}"
+    head = job_name[: MAX_LABEL_LENGTH - len(tail)].rstrip("-")
+    return head + tail
+
+
+def rdzv_id(job_uid: str, attempt: int) -> str:
+    """A fresh rendezvous id per gang attempt: an agent that exits closes its rendezvous."""
+    return f"{job_uid}-{attempt}"

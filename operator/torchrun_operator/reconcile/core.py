@@ -1,0 +1,537 @@
+"""reconcile(job, pods, now) -> Plan: the operator's decisions as one pure function.
+
+Level-triggered: everything is derived from the job (spec and the status we wrote last
+time, which is the operator's only memory) and the pods observed now. Calling it again with
+the same inputs plans the same creates and deletes (which the shell treats as idempotent),
+and no events: events are emitted only where the status changes.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from ..api import names
+from ..api.models import JobSpec
+from ..render import render_pod, world_size
+from . import conditions as cond
+from .observe import PodView, rank_entry, truncate, view
+from .plan import Event, Plan
+from .rootcause import WINDOW, Candidate, classify, lost_candidate, pod_candidates, root_cause
+from .timefmt import fmt, seconds
+
+FINISHED = ("Succeeded", "Failed")
+MAX_RESTART_RECORDS = 10
+# A failure that restarting may fix is acted on only once the other nodes have had time to
+# report, or have all stopped: their reports may hold the exception that really caused it.
+SETTLE_SECONDS = WINDOW
+
+
+@dataclass
+class _Ctx:
+    job: dict[str, Any]
+    spec: JobSpec
+    now: float
+    status: dict[str, Any]
+    pods: list[PodView]  # ours (controller uid matches), any attempt
+    taken: set[str]  # every observed pod name, ours or not: never create over one
+    create: list[dict[str, Any]] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    requeue: list[float] = field(default_factory=list)
+    delete_job: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.job["metadata"]["name"])
+
+    @property
+    def stamp(self) -> str:
+        return fmt(self.now)
+
+    @property
+    def attempt(self) -> int:
+        return int(self.status.get("attempt") or 0)
+
+    @property
+    def conds(self) -> list[dict[str, Any]]:
+        return self.status.setdefault("conditions", [])
+
+    @property
+    def counters(self) -> dict[str, int]:
+        c = self.status.setdefault("counters", {})
+        for key in ("userFailures", "infrastructureFailures", "restarts"):
+            c.setdefault(key, 0)
+        return c
+
+    def event(self, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def set_cond(self, type_: str, status: bool, reason: str, message: str) -> bool:
+        return cond.set_condition(self.conds, type_, status, reason, message, self.stamp)
+
+    def delete_pods(self, pods: list[PodView]) -> None:
+        self.delete.extend(p.name for p in pods if not p.terminating and p.name not in self.delete)
+
+    def plan(self) -> Plan:
+        positive = [r for r in self.requeue if r is not None]
+        return Plan(
+            create=self.create,
+            delete=self.delete,
+            status=self.status,
+            events=self.events,
+            requeue_after=max(0.0, min(positive)) if positive else None,
+            delete_job=self.delete_job,
+        )
+
+
+def reconcile(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> Plan:
+    status = copy.deepcopy(job.get("status") or {})
+    meta = job["metadata"]
+    if meta.get("generation") is not None:
+        status["observedGeneration"] = meta["generation"]
+    status.setdefault("attempt", 0)
+    status.setdefault("phase", "Pending")
+    try:
+        spec = JobSpec.model_validate(job.get("spec") or {})
+    except ValidationError as err:
+        return _invalid(job, status, now, err)
+    views = [view(p, spec.trainer.name) for p in pods]
+    ctx = _Ctx(
+        job=job,
+        spec=spec,
+        now=now.timestamp(),
+        status=status,
+        pods=[v for v in views if v.owner_uid in (meta.get("uid"), None)],
+        taken={v.name for v in views},
+    )
+    ctx.counters  # noqa: B018 - materialise the counters so every status carries them
+    status["worldSize"] = world_size(spec)
+
+    phase = status["phase"]
+    if phase in FINISHED:
+        _after_finish(ctx)
+    elif spec.run_policy.suspend:
+        _suspend(ctx)
+    else:
+        if phase == "Suspended":
+            _resume(ctx)
+        if not _deadline_passed(ctx):
+            if ctx.status["phase"] in ("Pending", "Restarting"):
+                _start_attempt(ctx)
+            else:
+                _observe(ctx)
+    return ctx.plan()
+
+
+def _invalid(job: dict[str, Any], status: dict[str, Any], now: datetime, err: Exception) -> Plan:
+    if status.get("phase") in FINISHED:
+        return Plan(status=status)
+    message = truncate(f"invalid spec: {err}") or ""
+    stamp = fmt(now)
+    status["phase"] = "Failed"
+    status["completionTime"] = stamp
+    conds = status.setdefault("conditions", [])
+    cond.set_condition(conds, "Failed", True, "InvalidSpec", message, stamp)
+    return Plan(status=status, events=[Event("Warning", "InvalidSpec", message)])
+
+
+# ---- suspend, deadline --------------------------------------------------------------------
+
+
+def _suspend(ctx: _Ctx) -> None:
+    ctx.delete_pods(ctx.pods)
+    if ctx.status["phase"] != "Suspended":
+        ctx.status["phase"] = "Suspended"
+        ctx.set_cond("Suspended", True, "Suspended", "runPolicy.suspend is true; pods deleted")
+        ctx.set_cond("Running", False, "Suspended", "job is suspended")
+        ctx.event("Normal", "Suspended", f"Job suspended; deleting {len(ctx.delete)} pods")
+    desired = ctx.spec.nodes
+    ctx.status["nodes"] = _counts(desired)
+
+
+def _resume(ctx: _Ctx) -> None:
+    """A resumed job starts a fresh attempt (its old rendezvous is gone) without spending
+    the restart budget, and its deadline counts from now."""
+    st = ctx.status
+    if st.get("ranks"):
+        st["attempt"] = ctx.attempt + 1
+        _record_restart(ctx, {"reason": "Resumed", "kind": "suspend"})
+    st["phase"] = "Pending"
+    st.pop("startTime", None)
+    ctx.set_cond("Suspended", False, "Resumed", "runPolicy.suspend is false")
+    ctx.event("Normal", "Resumed", f"Job resumed; starting attempt {ctx.attempt}")
+
+
+def _deadline_passed(ctx: _Ctx) -> bool:
+    limit = ctx.spec.run_policy.active_deadline_seconds
+    start = seconds(ctx.status.get("startTime"))
+    if limit is None or start is None:
+        return False
+    left = start + limit - ctx.now
+    if left > 0:
+        ctx.requeue.append(left)
+        return False
+    _finish(ctx, "Failed", "DeadlineExceeded", f"runPolicy.activeDeadlineSeconds ({limit}s) passed")
+    return True
+
+
+# ---- attempts -----------------------------------------------------------------------------
+
+
+def _backoff(spec: JobSpec, restarts: int) -> float:
+    policy = spec.failure_policy
+    raw = policy.backoff_seconds * 2 ** max(restarts - 1, 0)
+    return float(min(raw, policy.max_backoff_seconds))
+
+
+def _start_attempt(ctx: _Ctx) -> None:
+    """Start the gang of the current attempt once no pod of an earlier one exists (their
+    hostnames are the same) and any back-off has passed."""
+    st, attempt = ctx.status, ctx.attempt
+    stale = [p for p in ctx.pods if p.attempt != attempt]
+    if any(p.attempt == attempt for p in ctx.pods):
+        # Created before the operator could record it (e.g. it restarted): carry on.
+        _begin(ctx, created=0)
+        _observe(ctx)
+        return
+    ctx.delete_pods(stale)
+    due = ctx.now
+    if st["phase"] == "Restarting":
+        last = seconds(st.get("lastRestartTime")) or ctx.now
+        due = last + _backoff(ctx.spec, ctx.counters["restarts"])
+    if ctx.now < due:
+        ctx.requeue.append(due - ctx.now)
+    if stale or ctx.now < due:
+        st["nodes"] = _counts(ctx.spec.nodes)
+        return  # pod deletions and the back-off timer trigger the next reconcile
+    ranks = []
+    for i in range(ctx.spec.nodes):
+        pod = render_pod(ctx.job, i, attempt)
+        if pod["metadata"]["name"] not in ctx.taken:
+            ctx.create.append(pod)
+        ranks.append({"nodeRank": i, "pod": pod["metadata"]["name"], "phase": "Creating"})
+    st["ranks"] = ranks
+    _begin(ctx, created=len(ctx.create))
+
+
+def _begin(ctx: _Ctx, created: int) -> None:
+    st = ctx.status
+    st["phase"] = "Starting"
+    st.setdefault("startTime", ctx.stamp)
+    st["nodes"] = _counts(ctx.spec.nodes)
+    ctx.set_cond("Created", True, "PodsCreated", f"pods of attempt {ctx.attempt} created")
+    ctx.set_cond("RendezvousDone", False, "Waiting", "waiting for every pod to join rendezvous")
+    if cond.get(ctx.conds, "Restarting"):
+        ctx.set_cond("Restarting", False, "Started", f"attempt {ctx.attempt} started")
+    if created:
+        ctx.event("Normal", "PodsCreated", f"Created {created} pods for attempt {ctx.attempt}")
+        if ctx.spec.run_policy.active_deadline_seconds:
+            ctx.requeue.append(float(ctx.spec.run_policy.active_deadline_seconds))
+
+
+def _replacement_of(ctx: _Ctx, node_index: int, pod: str) -> int:
+    for r in range(ctx.spec.failure_policy.max_restarts + 2):
+        if names.pod_name(ctx.name, node_index, ctx.attempt, r) == pod:
+            return r
+    return 0
+
+
+# ---- observing a running attempt ----------------------------------------------------------
+
+
+@dataclass
+class _Seen:
+    alive: set[int] = field(default_factory=set)
+    failed: set[int] = field(default_factory=set)
+    succeeded: set[int] = field(default_factory=set)
+    candidates: list[Candidate] = field(default_factory=list)
+    current: dict[int, PodView] = field(default_factory=dict)
+
+
+def _observe(ctx: _Ctx) -> None:
+    st, attempt, desired = ctx.status, ctx.attempt, ctx.spec.nodes
+    by_name = {p.name: p for p in ctx.pods if p.attempt == attempt}
+    old = {r.get("nodeRank"): r for r in st.get("ranks") or []}
+    seen = _Seen()
+    entries: list[dict[str, Any]] = []
+    for i in range(desired):
+        before = old.get(i) or {}
+        pod_name = before.get("pod") or names.pod_name(ctx.name, i, attempt)
+        pod = by_name.get(pod_name)
+        if pod is None:
+            if before.get("phase") in (None, "Creating"):
+                # Planned but not seen yet (or never planned): (re)create, 409 is fine.
+                if pod_name not in ctx.taken:
+                    r = _replacement_of(ctx, i, pod_name)
+                    ctx.create.append(render_pod(ctx.job, i, attempt, r))
+                entries.append({"nodeRank": i, "pod": pod_name, "phase": "Creating"})
+                seen.alive.add(i)
+            else:
+                gone = {**before, "phase": "Deleted", "ready": False, "reason": "PodDeleted"}
+                entries.append(gone)
+                seen.failed.add(i)
+                seen.candidates.append(
+                    lost_candidate(i, pod_name, before.get("node"), "PodDeleted", ctx.now)
+                )
+            continue
+        seen.current[i] = pod
+        entries.append(rank_entry(i, pod))
+        _classify_pod(ctx, i, pod, seen)
+    st["ranks"] = entries
+    # Elastic scale-down (spec.nodes lowered): pods beyond the desired count go.
+    ctx.delete_pods([p for p in by_name.values() if (p.node_index or 0) >= desired])
+    st["nodes"] = _counts(desired, list(seen.current.values()), len(seen.failed))
+
+    if seen.failed:
+        _on_failures(ctx, seen)
+        return
+    if _succeeded(ctx, seen):
+        return
+    all_up = all(
+        i in seen.current and seen.current[i].phase in ("Running", "Succeeded")
+        for i in range(desired)
+    )
+    st["phase"] = "Running" if all_up else "Starting"
+    if all_up:
+        ctx.set_cond("Running", True, "AllPodsRunning", f"{desired} pods running")
+    ready = sum(1 for p in seen.current.values() if p.ready)
+    if ready == desired and ctx.set_cond(
+        "RendezvousDone", True, "AllPodsReady", f"all {desired} pods joined rendezvous"
+    ):
+        ctx.event(
+            "Normal", "RendezvousDone", f"All {desired} pods joined rendezvous (attempt {attempt})"
+        )
+
+
+def _classify_pod(ctx: _Ctx, i: int, pod: PodView, seen: _Seen) -> None:
+    if pod.phase == "Succeeded":
+        seen.succeeded.add(i)
+    elif pod.phase == "Failed":
+        seen.failed.add(i)
+        seen.candidates.extend(pod_candidates(i, pod, seconds(pod.finished_at), ctx.now))
+    elif pod.terminating or pod.phase == "Unknown":
+        # Deleted by someone else, evicted, preempted, or its node is gone.
+        reason = pod.disruption or ("PodDeleted" if pod.terminating else "NodeLost")
+        at = seconds(pod.deletion_time) if pod.terminating else None
+        seen.failed.add(i)
+        seen.candidates.append(lost_candidate(i, pod.name, pod.node, reason, at or ctx.now))
+    else:
+        seen.alive.add(i)
+
+
+def _succeeded(ctx: _Ctx, seen: _Seen) -> bool:
+    desired = ctx.spec.nodes
+    if ctx.spec.success_policy == "RankZero":
+        zero = next((i for i, p in seen.current.items() if 0 in p.global_ranks), None)
+        if zero is not None and zero in seen.succeeded:
+            _finish(
+                ctx, "Succeeded", "RankZeroSucceeded", f"global rank 0 (node rank {zero}) succeeded"
+            )
+            return True
+    if len(seen.succeeded) == desired:
+        _finish(ctx, "Succeeded", "AllRanksSucceeded", f"all {desired} pods succeeded")
+        return True
+    return False
+
+
+# ---- failures -----------------------------------------------------------------------------
+
+
+def _failure(cause: Candidate) -> dict[str, Any]:
+    out = {
+        "rank": cause.rank,
+        "nodeRank": cause.node_index,
+        "pod": cause.pod,
+        "node": cause.node,
+        "exitCode": cause.exit_code,
+        "kind": cause.kind,
+        "reason": cause.reason,
+        "message": cause.message,
+        "at": fmt(cause.at),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _describe(cause: Candidate) -> str:
+    who = f"rank {cause.rank} on node rank" if cause.rank is not None else "node rank"
+    where = f"pod {cause.pod}" + (f", node {cause.node}" if cause.node else "")
+    code = f", exit code {cause.exit_code}" if cause.exit_code is not None else ""
+    detail = f": {cause.message}" if cause.message else ""
+    return (
+        truncate(f"{who} {cause.node_index} ({where}) failed: {cause.reason}{code}{detail}") or ""
+    )
+
+
+def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
+    spec, counters = ctx.spec, ctx.counters
+    retryable = spec.failure_policy.retryable_exit_codes
+    cause = root_cause(seen.candidates)
+    klass = classify(cause, retryable)
+    if (
+        spec.is_elastic
+        and 0 not in seen.failed
+        and len(seen.alive) >= spec.min_nodes
+        and all(classify(c, retryable) == "infrastructure" for c in seen.candidates)
+    ):
+        _replace(ctx, seen, cause)
+        return
+    # Lost pods need no settling: nothing another node reports can explain them away.
+    reported = [c.at for c in seen.candidates if c.kind != "lost"]
+    if klass == "infrastructure" and seen.alive and reported:
+        settle_at = min(reported) + SETTLE_SECONDS
+        if ctx.now < settle_at:
+            ctx.requeue.append(settle_at - ctx.now)
+            return
+    ctx.status["failure"] = _failure(cause)
+    ctx.event("Warning", "RankFailed", _describe(cause))
+    if klass == "user":
+        counters["userFailures"] += 1
+        _finish(ctx, "Failed", cause.reason, _describe(cause))
+        return
+    counters["infrastructureFailures"] += 1
+    budget = spec.failure_policy.max_restarts
+    if counters["restarts"] >= budget:
+        _finish(
+            ctx,
+            "Failed",
+            "RestartBudgetExhausted",
+            truncate(
+                f"failurePolicy.maxRestarts ({budget}) spent; last failure: {_describe(cause)}"
+            )
+            or "",
+        )
+        return
+    _gang_restart(ctx, cause)
+
+
+def _restart_kind(cause: Candidate) -> str:
+    return "user" if cause.kind in ("exception", "exit") else "infrastructure"
+
+
+def _record_restart(ctx: _Ctx, record: dict[str, Any]) -> None:
+    entry = {"attempt": ctx.attempt, "at": ctx.stamp, **record}
+    history = [
+        *(ctx.status.get("restarts") or []),
+        {k: v for k, v in entry.items() if v is not None},
+    ]
+    ctx.status["restarts"] = history[-MAX_RESTART_RECORDS:]
+
+
+def _gang_restart(ctx: _Ctx, cause: Candidate) -> None:
+    st, counters = ctx.status, ctx.counters
+    counters["restarts"] += 1
+    st["attempt"] = ctx.attempt + 1
+    st["phase"] = "Restarting"
+    st["lastRestartTime"] = ctx.stamp
+    _record_restart(
+        ctx,
+        {
+            "reason": cause.reason,
+            "rank": cause.rank,
+            "nodeRank": cause.node_index,
+            "kind": _restart_kind(cause),
+        },
+    )
+    delay = _backoff(ctx.spec, counters["restarts"])
+    message = (
+        f"gang restart {counters['restarts']}/{ctx.spec.failure_policy.max_restarts}: "
+        f"attempt {ctx.attempt} starts after {delay:g}s back-off"
+    )
+    ctx.set_cond("Restarting", True, cause.reason, message)
+    ctx.set_cond("Running", False, "Restarting", message)
+    ctx.set_cond("RendezvousDone", False, "Restarting", message)
+    ctx.event("Warning", "Restarting", message)
+    _start_attempt(ctx)  # starts at once when nothing is left to wait for
+
+
+def _replace(ctx: _Ctx, seen: _Seen, cause: Candidate) -> None:
+    """Elastic: replace only the lost pods (new names, same hostnames and attempt)."""
+    spec, counters, st = ctx.spec, ctx.counters, ctx.status
+    budget = spec.failure_policy.max_restarts
+    if counters["restarts"] + len(seen.failed) > budget:
+        st["failure"] = _failure(cause)
+        counters["infrastructureFailures"] += 1
+        ctx.event("Warning", "RankFailed", _describe(cause))
+        _finish(
+            ctx,
+            "Failed",
+            "RestartBudgetExhausted",
+            truncate(
+                f"failurePolicy.maxRestarts ({budget}) spent; last failure: {_describe(cause)}"
+            )
+            or "",
+        )
+        return
+    st["failure"] = _failure(cause)
+    by_index = {c.node_index: c for c in seen.candidates}
+    for i in sorted(seen.failed):
+        old = st["ranks"][i]["pod"]
+        r = _replacement_of(ctx, i, old) + 1
+        while names.pod_name(ctx.name, i, ctx.attempt, r) in ctx.taken:
+            r += 1
+        pod = render_pod(ctx.job, i, ctx.attempt, r)
+        new = pod["metadata"]["name"]
+        ctx.create.append(pod)
+        st["ranks"][i] = {"nodeRank": i, "pod": new, "phase": "Creating"}
+        counters["restarts"] += 1
+        counters["infrastructureFailures"] += 1
+        why = by_index[i]
+        _record_restart(
+            ctx, {"reason": why.reason, "rank": why.rank, "nodeRank": i, "kind": "replacement"}
+        )
+        ctx.event(
+            "Warning", "PodReplaced", f"node rank {i}: pod {old} {why.reason}; replaced by {new}"
+        )
+
+
+# ---- finishing ----------------------------------------------------------------------------
+
+
+def _finish(ctx: _Ctx, phase: str, reason: str, message: str) -> None:
+    st = ctx.status
+    st["phase"] = phase
+    st["completionTime"] = ctx.stamp
+    ctx.set_cond(phase, True, reason, message)
+    ctx.set_cond("Running", False, reason, message)
+    if cond.is_true(ctx.conds, "Restarting"):
+        ctx.set_cond("Restarting", False, reason, message)
+    ctx.event("Normal" if phase == "Succeeded" else "Warning", phase, message)
+    _after_finish(ctx)
+
+
+def _after_finish(ctx: _Ctx) -> None:
+    """Clean pods per cleanPodPolicy, then delete the job once its TTL is due."""
+    policy = ctx.spec.run_policy
+    if policy.clean_pod_policy == "Delete":
+        ctx.delete_pods(ctx.pods)
+    elif policy.clean_pod_policy == "KeepFailed":
+        ctx.delete_pods([p for p in ctx.pods if p.phase != "Failed"])
+    elif ctx.status["phase"] == "Succeeded" and ctx.spec.success_policy == "RankZero":
+        ctx.delete_pods([p for p in ctx.pods if not p.terminal])
+    ttl = policy.ttl_seconds_after_finished
+    done = seconds(ctx.status.get("completionTime"))
+    if ttl is not None and done is not None:
+        left = done + ttl - ctx.now
+        if left <= 0:
+            ctx.delete_job = True
+        else:
+            ctx.requeue.append(left)
+
+
+def _counts(desired: int, pods: list[PodView] | None = None, failed: int = 0) -> dict[str, Any]:
+    pods = pods or []
+    ready = sum(1 for p in pods if p.ready)
+    return {
+        "desired": desired,
+        "scheduled": sum(1 for p in pods if p.node),
+        "running": sum(1 for p in pods if p.phase == "Running" and not p.terminating),
+        "ready": ready,
+        "succeeded": sum(1 for p in pods if p.phase == "Succeeded"),
+        "failed": failed,
+        "summary": f"{ready}/{desired}",
+    }

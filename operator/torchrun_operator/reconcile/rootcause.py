@@ -1,0 +1,164 @@
+"""Which failure caused the others, and whether restarting can help.
+
+Every node's torchrun names its own first failure; the survivors of a real crash die a
+moment later of closed connections or torchrun's SIGTERM. So: the earliest failure across
+all nodes, except that within WINDOW seconds (node clocks agree only to NTP precision) a
+recorded exception wins over a signal, a communication error or a bare exit code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .observe import KIND_REASONS, PodView, truncate
+
+WINDOW = 5.0
+
+Kind = Literal[
+    "exception", "signal", "comm", "exit", "rendezvous", "launcher", "oom", "evicted", "lost"
+]
+Class = Literal["user", "infrastructure"]
+
+_REASONS = KIND_REASONS
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node_index: int
+    pod: str
+    node: str | None
+    kind: Kind
+    reason: str
+    at: float
+    rank: int | None = None
+    exit_code: int | None = None
+    message: str | None = None
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _report_kind(value: object) -> Kind:
+    for kind in ("exception", "signal", "comm"):
+        if value == kind:
+            return kind
+    return "exit"
+
+
+def _pod_kind(pod: PodView, state: object) -> Kind:
+    if pod.reason == "OOMKilled":
+        return "oom"
+    if pod.reason == "Evicted" or pod.disruption:
+        return "evicted"
+    if state == "Error":
+        return "launcher"
+    if pod.exit_code is None:
+        return "lost"
+    if pod.exit_code >= 128 or pod.exit_code < 0:
+        return "signal"
+    return "exit"
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def pod_candidates(
+    node_index: int, pod: PodView, finished: float | None, now: float
+) -> list[Candidate]:
+    """Failures of one Failed pod: from the launcher report if it has one, else from the
+    pod and container status (OOMKilled, Evicted, a bare exit code)."""
+    at = finished if finished is not None else now
+    report = pod.report or {}
+    state = report.get("state")
+    if state in ("RendezvousTimeout", "DNSTimeout"):
+        return [
+            Candidate(
+                node_index,
+                pod.name,
+                pod.node,
+                "rendezvous",
+                str(state),
+                at,
+                exit_code=pod.exit_code,
+                message=pod.message,
+            )
+        ]
+    out: list[Candidate] = []
+    failures = report.get("failures")
+    for f in failures if isinstance(failures, list) else []:
+        if not isinstance(f, dict):
+            continue
+        kind = _report_kind(f.get("kind"))
+        out.append(
+            Candidate(
+                node_index,
+                pod.name,
+                pod.node,
+                kind,
+                _REASONS[kind],
+                _float(f.get("at")) or at,
+                rank=_int_or_none(f.get("rank")),
+                exit_code=_int_or_none(f.get("exitCode")),
+                message=truncate(str(f["error"])) if f.get("error") else None,
+            )
+        )
+    if out:
+        return out
+    kind = _pod_kind(pod, state)
+    reason = (
+        pod.disruption
+        or pod.reason
+        or ("LauncherError" if kind == "launcher" else _REASONS.get(kind, "PodFailed"))
+    )
+    return [
+        Candidate(
+            node_index,
+            pod.name,
+            pod.node,
+            kind,
+            reason,
+            at,
+            exit_code=pod.exit_code,
+            message=pod.message,
+        )
+    ]
+
+
+def lost_candidate(
+    node_index: int, pod_name: str, node: str | None, reason: str, at: float
+) -> Candidate:
+    """A pod that vanished, is being deleted, or sits on a lost node."""
+    return Candidate(
+        node_index=node_index,
+        pod=pod_name,
+        node=node,
+        kind="lost",
+        reason=reason,
+        at=at,
+        message=f"pod {pod_name}: {reason}",
+    )
+
+
+def root_cause(candidates: list[Candidate]) -> Candidate:
+    t0 = min(c.at for c in candidates)
+    window = [c for c in candidates if c.at <= t0 + WINDOW]
+    pool = [c for c in window if c.kind == "exception"] or window
+    return min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))
+
+
+def classify(cause: Candidate, retryable_exit_codes: list[int]) -> Class:
+    """User errors fail the job; infrastructure failures are worth a gang restart."""
+    if cause.kind in ("rendezvous", "launcher"):
+        return "user"
+    if cause.exit_code is not None and cause.exit_code in retryable_exit_codes:
+        return "infrastructure"
+    if cause.kind == "exception":
+        return "user"
+    if cause.kind == "exit" and cause.exit_code is not None and 1 <= cause.exit_code <= 127:
+        return "user"
+    return "infrastructure"

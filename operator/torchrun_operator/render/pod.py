@@ -1,0 +1,155 @@
+"""One training pod per node index; see docs/pod-contract.md for what the launcher expects."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from ..api import names
+from ..api.models import JobSpec
+from .common import child_metadata
+from .configmap import LAUNCHER_KEY
+from .sizing import job_spec, nproc_per_node
+
+LAUNCHER_DIR = "/opt/torchrun-operator"
+LAUNCHER_PATH = f"{LAUNCHER_DIR}/{LAUNCHER_KEY}"
+STATE_DIR = "/var/run/torchrun"
+READY_FILE = f"{STATE_DIR}/ready"
+PROGRESS_FILE = f"{STATE_DIR}/progress"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# Prefixed so they never clash with the user's own volume names.
+VOLUME_SHM = "torchrun-shm"
+VOLUME_LAUNCHER = "torchrun-launcher"
+VOLUME_STATE = "torchrun-state"
+
+# Environment the renderer owns; a user value of the same name is replaced, not duplicated.
+OWNED_ENV = (
+    "PET_LOCAL_ADDR",
+    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
+    "TORCHRUN_OPERATOR_STATE_DIR",
+    "TORCHRUN_OPERATOR_DNS_TIMEOUT",
+    "TORCHRUN_OPERATOR_NODE_RANK",
+    "TORCHRUN_OPERATOR_PROGRESS_FILE",
+)
+
+
+def restarts_possible(spec: JobSpec) -> bool:
+    """Whether a pod may meet a rendezvous that outlives one round: then torch's shared
+    TCPStore deadlocks (reference/torchrun.md §4.5), so sharing is turned off."""
+    return spec.failure_policy.max_restarts > 0 or spec.is_elastic or spec.torchrun.max_restarts > 0
+
+
+def torchrun_args(job: dict[str, Any], node_index: int, attempt: int) -> list[str]:
+    spec = job_spec(job)
+    meta = job["metadata"]
+    nnodes = f"{spec.min_nodes}:{spec.max_nodes}" if spec.is_elastic else str(spec.nodes)
+    rdzv = spec.rendezvous
+    is_host = 1 if node_index == 0 else 0
+    return [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc_per_node(spec)),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{names.rendezvous_host(meta['name'])}:{rdzv.port}",
+        "--rdzv-id",
+        names.rdzv_id(meta["uid"], attempt),
+        "--rdzv-conf",
+        f"is_host={is_host},join_timeout={rdzv.join_timeout_seconds}",
+        "--max-restarts",
+        str(spec.torchrun.max_restarts),
+    ]
+
+
+def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "TORCHRUN_OPERATOR_STATE_DIR", "value": STATE_DIR},
+        {
+            "name": "TORCHRUN_OPERATOR_DNS_TIMEOUT",
+            "value": str(spec.rendezvous.dns_timeout_seconds),
+        },
+        {"name": "TORCHRUN_OPERATOR_NODE_RANK", "value": str(node_index)},
+        {"name": "TORCHRUN_OPERATOR_PROGRESS_FILE", "value": PROGRESS_FILE},
+    ]
+    if restarts_possible(spec):
+        env.append({"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"})
+    return env
+
+
+def _trainer(
+    job: dict[str, Any], spec: JobSpec, container: dict[str, Any], node_index: int, attempt: int
+) -> dict[str, Any]:
+    program = list(container.get("command") or []) + list(container.get("args") or [])
+    container["command"] = ["python", LAUNCHER_PATH]
+    container["args"] = [*torchrun_args(job, node_index, attempt), "--", *program]
+    user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
+    container["env"] = user_env + _env(spec, node_index)
+    mounts = list(container.get("volumeMounts") or [])
+    paths = {m.get("mountPath") for m in mounts}
+    if "/dev/shm" not in paths:
+        mounts.append({"name": VOLUME_SHM, "mountPath": "/dev/shm"})
+    mounts.append({"name": VOLUME_LAUNCHER, "mountPath": LAUNCHER_DIR, "readOnly": True})
+    mounts.append({"name": VOLUME_STATE, "mountPath": STATE_DIR})
+    container["volumeMounts"] = mounts
+    port = spec.rendezvous.port
+    ports = list(container.get("ports") or [])
+    if not any(p.get("name") == "c10d" or p.get("containerPort") == port for p in ports):
+        ports.append({"name": "c10d", "containerPort": port, "protocol": "TCP"})
+    container["ports"] = ports
+    # Ready means "rendezvous done, training": the launcher creates the file afterwards.
+    container["readinessProbe"] = {
+        "exec": {"command": ["cat", READY_FILE]},
+        "periodSeconds": 5,
+        "failureThreshold": 1,
+    }
+    # The launcher's JSON summary; FallbackToLogsOnError would mix log text into it.
+    container["terminationMessagePath"] = TERMINATION_MESSAGE_PATH
+    container["terminationMessagePolicy"] = "File"
+    return container
+
+
+def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    volumes = [
+        v for v in pod_spec.get("volumes") or [] if not v.get("name", "").startswith("torchrun-")
+    ]
+    cm = names.launcher_configmap_name(job["metadata"]["name"])
+    volumes.append({"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}})
+    volumes.append({"name": VOLUME_LAUNCHER, "configMap": {"name": cm, "defaultMode": 0o444}})
+    volumes.append({"name": VOLUME_STATE, "emptyDir": {}})
+    return volumes
+
+
+def render_pod(
+    job: dict[str, Any], node_index: int, attempt: int, replacement: int = 0
+) -> dict[str, Any]:
+    """The pod for node `node_index` of gang attempt `attempt` (`replacement` > 0 for an
+    elastic replacement within the attempt). The template is deep-copied; only the trainer
+    (first container), volumes, hostname/subdomain and restart policy are changed."""
+    spec = job_spec(job)
+    job_name = job["metadata"]["name"]
+    template = copy.deepcopy(job["spec"]["template"])
+    tmeta = template.get("metadata") or {}
+    pod_spec: dict[str, Any] = template["spec"]
+
+    metadata = child_metadata(job, names.pod_name(job_name, node_index, attempt, replacement))
+    metadata["labels"] = {
+        **(tmeta.get("labels") or {}),
+        names.LABEL_JOB_NAME: job_name,
+        names.LABEL_NODE_RANK: str(node_index),
+        names.LABEL_ATTEMPT: str(attempt),
+    }
+    if tmeta.get("annotations"):
+        metadata["annotations"] = dict(tmeta["annotations"])
+
+    containers = pod_spec["containers"]
+    containers[0] = _trainer(job, spec, containers[0], node_index, attempt)
+    pod_spec["volumes"] = _volumes(job, pod_spec)
+    pod_spec["hostname"] = names.hostname(job_name, node_index)
+    pod_spec["subdomain"] = names.service_name(job_name)
+    # The operator owns restarts (gang semantics); the kubelet must not restart in place.
+    pod_spec["restartPolicy"] = "Never"
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
