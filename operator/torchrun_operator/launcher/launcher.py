@@ -1,0 +1,889 @@
+"""torchrun-operator in-pod launcher.
+
+Usage (as the operator renders it, see docs/pod-contract.md):
+
+    python /opt/torchrun-operator/launcher.py <torchrun flags> -- <user command...>
+
+The launcher is PID 1 of the trainer container. It waits (bounded) until the rendezvous host name
+resolves, runs torchrun through its Python API with itself as the worker entrypoint
+(``launcher.py --worker <user command>``), and writes a compact JSON summary of this node's
+ranks to the termination-message file, where the operator reads it.
+
+This file is mounted from a ConfigMap into arbitrary images: it depends on nothing but the
+standard library and torch, and torch is imported lazily so ``--help`` and the pure helpers
+work without it.
+"""
+
+from __future__ import annotations
+
+import errno
+import faulthandler
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+SUMMARY_VERSION = 1
+TERMINATION_LIMIT = 4096
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+DEFAULT_STATE_DIR = "/var/run/torchrun"
+DEFAULT_DNS_TIMEOUT = 300.0
+DNS_LOG_INTERVAL = 5.0
+
+ENV_STATE_DIR = "TORCHRUN_OPERATOR_STATE_DIR"
+ENV_DNS_TIMEOUT = "TORCHRUN_OPERATOR_DNS_TIMEOUT"
+ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"
+ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
+ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"
+
+USAGE = f"""\
+usage: python launcher.py <torchrun flags> -- <command> [args...]
+       python launcher.py --worker <command> [args...]   (internal: torchrun's entrypoint)
+
+Runs torchrun (torch.distributed.run flags, PET_* env also accepted) with <command> as the
+program of every worker, and writes a JSON summary to the termination-message file.
+
+environment:
+  {ENV_STATE_DIR}: state dir, holds 'ready' and 'rank-<local rank>.json'
+      (default {DEFAULT_STATE_DIR})
+  {ENV_DNS_TIMEOUT}: seconds to wait for the rendezvous host to resolve
+      (default {DEFAULT_DNS_TIMEOUT:g})
+  {ENV_TERMINATION_LOG}: where the JSON summary goes (default {DEFAULT_TERMINATION_LOG})
+  {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
+"""
+
+# States of the summary (docs/pod-contract.md).
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
+DNS_TIMEOUT = "DNSTimeout"
+ERROR = "Error"
+
+# Failure kinds, most telling first: the order decides which failure names the exit code and
+# which failures survive when the summary must drop some to fit. A communication error is
+# always a consequence of some other failure, so it comes last.
+KIND_ORDER = ("exception", "exit", "signal", "comm")
+
+# Recorded errors that say "a peer went away or the network failed" rather than "this rank's
+# code raised": they are consequences of another rank's failure, never the root cause.
+_COMM_PATTERNS = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"connection (closed|reset|refused|timed out)",
+        r"closed by peer",
+        r"reset by peer",
+        r"broken pipe",
+        r"\bDist(Network|Backend|Store)Error\b",
+        r"\bsocket timeout\b",
+        r"gloo.*(timed out|timeout|abort)",
+        r"(timed out|timeout).*gloo",
+        r"\bNCCL\b.*(timed out|timeout|abort|remote|system error|unhandled|error)",
+        r"watchdog caught collective operation timeout",
+        r"ProcessGroupNCCL",
+        r"communicator was aborted",
+        r"\bECONNRESET\b|\bEPIPE\b",
+    )
+]
+
+
+# ------------------------------------------------------------------------------------------
+# logging
+
+
+def log(message: str, **fields: Any) -> None:
+    """One structured line on stderr: ``[launcher] message key=value ...``."""
+    extra = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items())
+    line = f"[launcher] {message}" + (f" {extra}" if extra else "")
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def _fmt(v: Any) -> str:
+    s = str(v)
+    if not s or '"' in s or any(c.isspace() for c in s):
+        return json.dumps(s, ensure_ascii=False)
+    return s
+
+
+# ------------------------------------------------------------------------------------------
+# pure helpers: classification, truncation, summary
+
+
+def is_comm_error(text: str) -> bool:
+    return any(p.search(text) for p in _COMM_PATTERNS)
+
+
+def classify_failure(exitcode: int, recorded_error: str | None) -> str:
+    """Kind of one worker failure.
+
+    A worker that raised may exit 1 or -6 (unclean gloo/NCCL teardown) at random, so the
+    recorded error decides, not the exit code.
+    """
+    if recorded_error:
+        return "comm" if is_comm_error(recorded_error) else "exception"
+    if exitcode < 0:
+        return "signal"
+    return "exit"
+
+
+def truncate_text(text: str, limit: int) -> str:
+    """Shorten ``text`` to at most ``limit`` characters.
+
+    Keeps mostly the end: a traceback's last lines hold the exception, which is what a user
+    needs; a little of the head stays too, since an exception message starts with its type.
+    """
+    if limit <= 0:
+        return ""
+    if len(text) <= limit:
+        return text
+    marker = " … "
+    if limit <= len(marker) + 2:
+        return text[-limit:]
+    room = limit - len(marker)
+    head = room // 4
+    tail = room - head
+    return text[:head] + marker + text[len(text) - tail :]
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _size(obj: Any) -> int:
+    return len(_dumps(obj).encode("utf-8"))
+
+
+def failure_sort_key(f: Mapping[str, Any]) -> tuple[int, float, int]:
+    kind = f.get("kind", "exit")
+    order = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+    return (order, float(f.get("at") or 0.0), int(f.get("rank", 0)))
+
+
+def fit_summary(summary: dict[str, Any], limit: int = TERMINATION_LIMIT) -> dict[str, Any]:
+    """Return a copy of ``summary`` whose compact JSON is at most ``limit`` bytes.
+
+    Messages are shortened first (evenly, keeping their tails); only if the bare records still
+    don't fit are the least telling failures dropped, counted in ``omitted``. The JSON itself
+    is never cut.
+    """
+    out = dict(summary)
+    failures = [dict(f) for f in summary.get("failures", [])]
+    failures.sort(key=failure_sort_key)
+    out["failures"] = failures
+    if _size(out) <= limit:
+        return out
+
+    originals = [str(f.get("error") or "") for f in failures]
+    top = str(summary.get("message") or "")
+
+    def shorten(budget: int) -> bool:
+        for f, err in zip(failures, originals, strict=True):
+            if "error" in f:
+                f["error"] = truncate_text(err, budget)
+        if "message" in out:
+            out["message"] = truncate_text(top, max(budget, 256))
+        return _size(out) <= limit
+
+    # 1. Shorten every message evenly, down to a length that still names the error.
+    budget = max(len(top), *(len(e) for e in originals), 1)
+    floor = 160
+    while budget > floor:
+        budget = max(budget // 2, floor)
+        if shorten(budget):
+            return out
+    # 2. Many ranks on this node: drop the least telling failures, counted in "omitted".
+    omitted = 0
+    while len(failures) > 1 and _size(out) > limit:
+        failures.pop()
+        originals.pop()
+        omitted += 1
+        out["omitted"] = omitted
+    if _size(out) <= limit:
+        return out
+    # 3. Pathological (huge ranks list or message): shrink to nothing, then drop the rest.
+    for budget in (80, 32, 0):
+        if shorten(budget):
+            return out
+    out["message"] = truncate_text(top, 64) if top else None
+    if not out["message"]:
+        out.pop("message", None)
+    while failures and _size(out) > limit:
+        failures.pop()
+        omitted += 1
+        out["omitted"] = omitted
+    if _size(out) > limit:
+        out["ranks"] = []
+    return out
+
+
+def build_summary(
+    state: str,
+    *,
+    group_rank: int | None = None,
+    ranks: Sequence[int] = (),
+    restarts: int = 0,
+    failures: Sequence[Mapping[str, Any]] = (),
+    message: str | None = None,
+    step: int | None = None,
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "v": SUMMARY_VERSION,
+        "state": state,
+        "groupRank": group_rank,
+        "ranks": sorted(int(r) for r in ranks),
+        "restarts": int(restarts),
+        "failures": [dict(f) for f in failures],
+    }
+    if message:
+        summary["message"] = message
+    if step is not None:
+        summary["step"] = step
+    return summary
+
+
+def encode_summary(summary: dict[str, Any], limit: int = TERMINATION_LIMIT) -> bytes:
+    data = _dumps(fit_summary(summary, limit)).encode("utf-8")
+    if len(data) > limit:  # cannot happen unless limit is absurdly small; never emit broken JSON
+        data = _dumps({"v": SUMMARY_VERSION, "state": summary.get("state", ERROR)}).encode()
+    return data
+
+
+# torchelastic's placeholders when a worker left no error file (ProcessFailure fills
+# error_file_data with {"message": "<NONE>"}).
+_NO_RECORD = {"", "<NONE>", "<N/A>"}
+
+
+def error_text_from_record(error_file_data: Any) -> str | None:
+    """The recorded error of a torchelastic error file, or None when nothing was recorded."""
+    if not isinstance(error_file_data, Mapping):
+        return None
+    msg = error_file_data.get("message")
+    if isinstance(msg, Mapping):
+        msg = msg.get("message")
+    if isinstance(msg, str) and msg.strip() not in _NO_RECORD:
+        return msg
+    return None
+
+
+def precise_timestamp(error_file_data: Any, fallback: float) -> float:
+    if isinstance(error_file_data, Mapping):
+        msg = error_file_data.get("message")
+        if isinstance(msg, Mapping):
+            extra = msg.get("extraInfo") or {}
+            for key in ("timestampPrecise", "timestamp"):
+                try:
+                    return float(extra[key])
+                except (KeyError, TypeError, ValueError):
+                    continue
+    return float(fallback)
+
+
+def failure_record(
+    rank: int,
+    local_rank: int,
+    exitcode: int,
+    error_file_data: Any,
+    fallback_message: str,
+    timestamp: float,
+) -> dict[str, Any]:
+    recorded = error_text_from_record(error_file_data)
+    kind = classify_failure(exitcode, recorded)
+    if recorded:
+        error = recorded
+    elif exitcode < 0:
+        error = fallback_message or f"killed by signal {-exitcode}"
+    else:
+        # torchelastic's placeholder ("To enable traceback see: ...") tells the user nothing.
+        error = f"exited with code {exitcode} without recording an error"
+    return {
+        "rank": int(rank),
+        "localRank": int(local_rank),
+        "exitCode": int(exitcode),
+        "kind": kind,
+        "error": error,
+        "at": round(precise_timestamp(error_file_data, timestamp), 3),
+    }
+
+
+def exit_code_for(failures: Sequence[Mapping[str, Any]]) -> int:
+    if not failures:
+        return 1
+    root = sorted(failures, key=failure_sort_key)[0]
+    code = int(root.get("exitCode", 1))
+    return code if 0 < code < 256 else 1
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split ``<torchrun flags> -- <user command>`` at the first ``--``."""
+    argv = list(argv)
+    if "--" not in argv:
+        raise ValueError("missing '--' between torchrun flags and the training command")
+    i = argv.index("--")
+    cmd = argv[i + 1 :]
+    if not cmd:
+        raise ValueError("no training command after '--'")
+    return argv[:i], cmd
+
+
+def endpoint_host(flags: Sequence[str], env: Mapping[str, str]) -> str | None:
+    """Host part of the rendezvous endpoint given by flags or PET_RDZV_ENDPOINT."""
+    value: str | None = env.get("PET_RDZV_ENDPOINT") or None
+    names = ("--rdzv-endpoint", "--rdzv_endpoint")
+    for i, arg in enumerate(flags):
+        if arg in names and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif any(arg.startswith(n + "=") for n in names):
+            value = arg.split("=", 1)[1]
+    if not value:
+        return None
+    value = value.strip()
+    if value.startswith("["):  # [v6addr]:port
+        return value[1 : value.index("]")] if "]" in value else value[1:]
+    if value.count(":") > 1:  # bare IPv6 address
+        return value
+    return value.rsplit(":", 1)[0] if ":" in value else value
+
+
+def read_step(path: str | None) -> int | None:
+    """Last step a training script wrote to the progress file: an integer, or JSON {"step": n}."""
+    if not path:
+        return None
+    try:
+        with open(path) as fp:
+            text = fp.read().strip()
+    except OSError:
+        return None
+    if not text:
+        return None
+    try:
+        return int(text.split()[-1])
+    except ValueError:
+        pass
+    try:
+        data = json.loads(text)
+        return int(data["step"]) if isinstance(data, dict) else None
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# ------------------------------------------------------------------------------------------
+# state files
+
+
+def state_dir() -> str:
+    return os.environ.get(ENV_STATE_DIR) or DEFAULT_STATE_DIR
+
+
+def _write_atomic(path: str, data: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fp:
+        fp.write(data)
+    os.replace(tmp, path)
+
+
+def reset_state_dir(path: str) -> None:
+    """Forget a previous container's state: the emptyDir survives container restarts."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name == "ready" or (name.startswith("rank-") and name.endswith(".json")):
+                os.remove(os.path.join(path, name))
+    except OSError as e:
+        log("cannot prepare state dir", path=path, error=e)
+
+
+def read_rank_files(path: str) -> list[dict[str, Any]]:
+    """Rank files of the last round this node ran (highest restart count)."""
+    records: list[dict[str, Any]] = []
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return records
+    for name in names:
+        if name.startswith("rank-") and name.endswith(".json"):
+            try:
+                with open(os.path.join(path, name)) as fp:
+                    records.append(json.load(fp))
+            except (OSError, ValueError):
+                continue
+    if not records:
+        return records
+    last = max(int(r.get("restartCount", 0)) for r in records)
+    return [r for r in records if int(r.get("restartCount", 0)) == last]
+
+
+def write_summary(summary: dict[str, Any]) -> None:
+    data = encode_summary(summary)
+    path = os.environ.get(ENV_TERMINATION_LOG) or DEFAULT_TERMINATION_LOG
+    try:
+        # open("w") truncates in place: the kubelet bind-mounts this file, so never remove or
+        # rename over it.
+        with open(path, "wb") as fp:
+            fp.write(data)
+    except OSError as e:
+        log("cannot write termination message", path=path, error=e)
+    try:
+        sys.stdout.write(data.decode("utf-8") + "\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):
+        pass
+
+
+# ------------------------------------------------------------------------------------------
+# DNS wait
+
+
+def wait_for_dns(
+    host: str,
+    timeout: float,
+    resolve: Callable[[str], Any] | None = None,
+    interval: float = 0.5,
+    log_every: float = DNS_LOG_INTERVAL,
+) -> bool:
+    """Wait until ``host`` resolves or ``timeout`` seconds pass. Returns whether it resolved.
+
+    Each lookup runs in a daemon thread so a resolver that hangs cannot stretch the bound.
+    """
+
+    def _default(h: str) -> Any:
+        return socket.getaddrinfo(h, None)
+
+    lookup = resolve or _default
+    start = time.monotonic()
+    deadline = start + timeout
+    last_log = start
+    last_error = ""
+    while True:
+        result: dict[str, Any] = {}
+
+        def attempt(res: dict[str, Any] = result) -> None:
+            try:
+                res["addrs"] = lookup(host)
+            except Exception as e:  # noqa: BLE001 - any failure means "not yet"
+                res["error"] = f"{type(e).__name__}: {e}"
+
+        t = threading.Thread(target=attempt, daemon=True, name="dns-wait")
+        t.start()
+        t.join(max(0.0, deadline - time.monotonic()))
+        now = time.monotonic()
+        if "addrs" in result:
+            addrs = sorted({a[4][0] for a in result["addrs"] if len(a) > 4 and a[4]})
+            log("rendezvous host resolved", host=host, addresses=",".join(addrs) or "?",
+                waited=f"{now - start:.1f}s")
+            return True
+        last_error = result.get("error", "lookup still running")
+        if now >= deadline:
+            return False
+        if now - last_log >= log_every:
+            log("waiting for rendezvous host to resolve", host=host,
+                waited=f"{now - start:.0f}s", timeout=f"{timeout:g}s", last_error=last_error)
+            last_log = now
+        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
+
+
+# ------------------------------------------------------------------------------------------
+# worker shim: runs inside every torchrun worker process
+
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
+_IGNORED_PYTHON_FLAGS = {"-u", "-B"}
+
+
+def python_target(cmd: Sequence[str]) -> tuple[str, str, list[str]] | None:
+    """If ``cmd`` is ``python [-u] script.py args`` or ``python [-u] -m mod args``, return
+    ("path"|"module", target, argv-tail); otherwise None (the command is exec'd)."""
+    if not cmd or not _PYTHON_NAME.match(os.path.basename(cmd[0])):
+        return None
+    i = 1
+    while i < len(cmd) and cmd[i] in _IGNORED_PYTHON_FLAGS:
+        i += 1
+    if i >= len(cmd):
+        return None
+    if cmd[i] == "-m":
+        if i + 1 >= len(cmd):
+            return None
+        return ("module", cmd[i + 1], list(cmd[i + 2 :]))
+    if cmd[i].startswith("-"):
+        return None  # -c, -X, -W ...: let the real interpreter handle them
+    return ("path", cmd[i], list(cmd[i + 1 :]))
+
+
+def error_file_payload(e: BaseException, tb: str, now: float) -> dict[str, Any]:
+    """torchelastic's error-file JSON, as ``errors.record`` writes it (timestamp: int seconds
+    as a string, which torchelastic parses); ``timestampPrecise`` is our addition."""
+    return {
+        "message": {
+            "message": f"{type(e).__name__}: {e}",
+            "extraInfo": {
+                "py_callstack": tb,
+                "timestamp": str(int(now)),
+                "timestampPrecise": f"{now:.3f}",
+            },
+        }
+    }
+
+
+def _record_worker_state(sdir: str) -> None:
+    env = os.environ
+    local_rank = env.get("LOCAL_RANK", "0")
+    record = {
+        "rank": int(env.get("RANK", "-1")),
+        "localRank": int(local_rank),
+        "groupRank": int(env.get("GROUP_RANK", "-1")),
+        "worldSize": int(env.get("WORLD_SIZE", "0")),
+        "restartCount": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        "pid": os.getpid(),
+    }
+    try:
+        os.makedirs(sdir, exist_ok=True)
+        _write_atomic(os.path.join(sdir, f"rank-{local_rank}.json"), _dumps(record))
+        # The shim only runs once rendezvous completed: this worker exists => training started.
+        _write_atomic(os.path.join(sdir, "ready"), _dumps(record) + "\n")
+    except OSError as e:
+        log("cannot write worker state", dir=sdir, error=e)
+
+
+def worker_main(cmd: list[str]) -> int:
+    if not cmd:
+        log("worker: no command")
+        return 2
+    _record_worker_state(state_dir())
+    target = python_target(cmd)
+    if target is None:
+        try:
+            os.execvp(cmd[0], cmd)
+        except OSError as e:
+            log("worker: cannot exec", command=cmd[0], error=e)
+            return 127 if e.errno == errno.ENOENT else 126
+    assert target is not None
+    kind, what, rest = target
+    return run_python_in_process(kind, what, rest)
+
+
+def run_python_in_process(kind: str, what: str, rest: list[str]) -> int:
+    import runpy
+
+    faulthandler.enable(all_threads=True)
+    if kind == "path":
+        sys.argv = [what, *rest]
+        # As `python script.py` would: the script's directory first on sys.path, replacing
+        # the launcher's own directory.
+        sys.path[0] = os.path.dirname(os.path.abspath(what))
+    else:
+        sys.argv = [what, *rest]  # run_module replaces argv[0] with the module's file
+        sys.path[0] = os.getcwd()
+    try:
+        if kind == "path":
+            runpy.run_path(what, run_name="__main__")
+        else:
+            runpy.run_module(what, run_name="__main__", alter_sys=True)
+    except SystemExit as se:
+        # Like errors.record: exit(0) is success; other exits are passed through unrecorded.
+        if se.code is None or se.code == 0:
+            return 0
+        raise
+    except Exception as e:
+        now = time.time()
+        tb = traceback.format_exc()
+        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if path:
+            try:
+                with open(path, "w") as fp:
+                    json.dump(error_file_payload(e, tb, now), fp)
+            except OSError as we:
+                log("worker: cannot write error file", path=path, error=we)
+        sys.stderr.write(tb)
+        sys.stderr.flush()
+        return 1
+    return 0
+
+
+# ------------------------------------------------------------------------------------------
+# agent side
+
+
+class _Terminated(Exception):
+    """SIGTERM/SIGINT before torch's agent took over signal handling."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"launcher got signal {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_summary_written = threading.Event()
+_python_handler_ran = threading.Event()
+
+
+def _finish(summary: dict[str, Any]) -> None:
+    if _summary_written.is_set():
+        return
+    _summary_written.set()
+    write_summary(summary)
+
+
+def _early_signal_handler(signum: int, frame: Any) -> None:
+    _python_handler_ran.set()
+    raise _Terminated(signum)
+
+
+def _kill_children() -> None:
+    """SIGKILL the process groups of our children (torchrun workers run in their own)."""
+    me = os.getpid()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fp:
+                stat = fp.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid != me:
+            continue
+        try:
+            pgid = os.getpgid(pid)
+            if pgid != os.getpgid(0):
+                os.killpg(pgid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _start_signal_watchdog(grace: float) -> None:
+    """Exit promptly on SIGTERM even when the main thread is stuck in C++ (a TCPStore call
+    during rendezvous does not return to the interpreter, so no Python handler runs).
+
+    The C-level handler writes the signal number to a wakeup fd even then; this thread reads
+    it. If the Python handler ran, torch's agent is shutting its workers down: give it
+    ``grace`` seconds. Otherwise force the exit after a short pause.
+    """
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(r, 16)
+            except OSError:
+                return
+            sigs = [b for b in data if b in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)]
+            if not sigs:
+                continue
+            sig = signal.Signals(sigs[0]).name
+            stuck = not _python_handler_ran.wait(3.0)
+            if not stuck:
+                time.sleep(grace)
+            log("forcing exit after signal", signal=sig,
+                reason="main thread unresponsive" if stuck else f"shutdown exceeded {grace:g}s")
+            _kill_children()
+            _finish(build_summary(FAILED, message=f"launcher terminated by {sig}"))
+            os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="signal-watchdog").start()
+
+
+def _patch_torch_signal_handler() -> None:
+    """torch's agent installs its own handler when workers start; wrap it so the watchdog knows
+    the Python-level shutdown is under way."""
+    try:
+        from torch.distributed.elastic.multiprocessing import api as mp_api
+    except ImportError:
+        return
+    original = getattr(mp_api, "_terminate_process_handler", None)
+    if original is None or getattr(original, "_torchrun_operator", False):
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        _python_handler_ran.set()
+        original(signum, frame)
+
+    handler._torchrun_operator = True  # type: ignore[attr-defined]
+    mp_api._terminate_process_handler = handler  # type: ignore[assignment]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def _dns_timeout() -> float:
+    raw = os.environ.get(ENV_DNS_TIMEOUT, "")
+    try:
+        return float(raw) if raw else DEFAULT_DNS_TIMEOUT
+    except ValueError:
+        log("ignoring invalid DNS timeout", value=raw)
+        return DEFAULT_DNS_TIMEOUT
+
+
+def _shutdown_timeout(flags: list[str]) -> float:
+    for i, arg in enumerate(flags):
+        if arg in ("--shutdown-timeout", "--shutdown_timeout") and i + 1 < len(flags):
+            try:
+                return float(flags[i + 1])
+            except ValueError:
+                pass
+    for name in ("PET_SHUTDOWN_TIMEOUT", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"):
+        try:
+            return float(os.environ[name])
+        except (KeyError, ValueError):
+            continue
+    return 30.0
+
+
+def _rank_info(sdir: str, fallback_ranks: Sequence[int]) -> tuple[int | None, list[int], int]:
+    records = read_rank_files(sdir)
+    group_ranks = {int(r.get("groupRank", -1)) for r in records} - {-1}
+    group_rank = group_ranks.pop() if len(group_ranks) == 1 else None
+    ranks = sorted({int(r["rank"]) for r in records if int(r.get("rank", -1)) >= 0})
+    if not ranks:
+        ranks = sorted(int(r) for r in fallback_ranks)
+    restarts = max((int(r.get("restartCount", 0)) for r in records), default=0)
+    return group_rank, ranks, restarts
+
+
+def run_agent(flags: list[str], cmd: list[str]) -> int:
+    """Everything after the DNS wait: build torchrun's config, run the agent, summarise."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousError,
+        RendezvousTimeoutError,
+    )
+    from torch.distributed.launcher.api import launch_agent
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    _patch_torch_signal_handler()
+
+    sdir = state_dir()
+    step_file = os.environ.get(ENV_PROGRESS_FILE)
+    parser = get_args_parser()
+    # The placeholder script is replaced below: only the launch configuration is taken from
+    # torchrun's parser, so the user's command never meets argparse.
+    try:
+        args = parser.parse_args([*flags, "--no-python", "__torchrun_operator_worker__"])
+    except SystemExit as e:  # argparse already printed why
+        raise ValueError(f"invalid torchrun flags (argparse exit {e.code}): {flags}") from None
+    if args.standalone:
+        raise ValueError("--standalone is not supported: the operator runs c10d rendezvous")
+    if args.master_port is None:
+        args.master_port = 29500
+    config, _, _ = config_from_args(args)
+    entrypoint = sys.executable
+    entry_args = ["-u", os.path.abspath(__file__), "--worker", *cmd]
+    log("starting torchrun agent", nnodes=args.nnodes, nproc_per_node=config.nproc_per_node,
+        rdzv_endpoint=config.rdzv_endpoint, rdzv_id=config.run_id,
+        max_restarts=config.max_restarts, command=" ".join(cmd))
+
+    try:
+        results = launch_agent(config, entrypoint, entry_args)
+    except ChildFailedError as e:
+        failures = [
+            failure_record(
+                rank=grank,
+                local_rank=pf.local_rank,
+                exitcode=pf.exitcode,
+                error_file_data=pf.error_file_data,
+                fallback_message=pf.message if isinstance(pf.message, str) else "",
+                timestamp=pf.timestamp,
+            )
+            for grank, pf in e.failures.items()
+        ]
+        group_rank, ranks, restarts = _rank_info(sdir, list(e.failures))
+        for f in sorted(failures, key=failure_sort_key):
+            log("worker failed", rank=f["rank"], local_rank=f["localRank"],
+                exit_code=f["exitCode"], kind=f["kind"],
+                error=truncate_text(f["error"].strip().splitlines()[-1] if f["error"].strip()
+                                    else "", 300))
+        _finish(build_summary(FAILED, group_rank=group_rank, ranks=ranks, restarts=restarts,
+                              failures=failures, step=read_step(step_file)))
+        return exit_code_for(failures)
+    except RendezvousTimeoutError as e:
+        message = (f"rendezvous did not complete in time (join_timeout) at "
+                   f"{config.rdzv_endpoint}: not all nodes joined"
+                   + (f": {e}" if str(e) else ""))
+        log("rendezvous timed out", endpoint=config.rdzv_endpoint)
+        group_rank, ranks, restarts = _rank_info(sdir, [])
+        _finish(build_summary(RENDEZVOUS_TIMEOUT, group_rank=group_rank, ranks=ranks,
+                              restarts=restarts, message=message, step=read_step(step_file)))
+        return 1
+    except (RendezvousError, SignalException, _Terminated) as e:
+        message = f"{type(e).__name__}: {e}"
+        if isinstance(e, SignalException):
+            message = f"launcher terminated by {e.sigval.name}; workers stopped ({message})"
+        log("agent stopped", error=message)
+        group_rank, ranks, restarts = _rank_info(sdir, [])
+        _finish(build_summary(FAILED, group_rank=group_rank, ranks=ranks, restarts=restarts,
+                              message=message, step=read_step(step_file)))
+        return 1
+
+    group_rank, ranks, restarts = _rank_info(sdir, list(results or {}))
+    log("training succeeded", group_rank=group_rank, ranks=",".join(map(str, ranks)),
+        restarts=restarts)
+    _finish(build_summary(SUCCEEDED, group_rank=group_rank, ranks=ranks, restarts=restarts,
+                          step=read_step(step_file)))
+    return 0
+
+
+def launcher_main(argv: list[str]) -> int:
+    try:
+        flags, cmd = split_argv(argv)
+    except ValueError as e:
+        sys.stderr.write(USAGE)
+        log("bad arguments", error=e)
+        _finish(build_summary(ERROR, message=f"launcher: {e}"))
+        return 2
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _early_signal_handler)
+    _start_signal_watchdog(_shutdown_timeout(flags) + 5.0)
+
+    log("launcher starting", pid=os.getpid(), node_index=os.environ.get(ENV_NODE_RANK, "?"),
+        state_dir=state_dir())
+    reset_state_dir(state_dir())
+    try:
+        host = endpoint_host(flags, os.environ)
+        if host:
+            timeout = _dns_timeout()
+            if not wait_for_dns(host, timeout):
+                message = (f"rendezvous host {host!r} did not resolve within {timeout:g}s "
+                           f"({ENV_DNS_TIMEOUT}); is the headless Service there and does it "
+                           f"publish not-ready addresses?")
+                log("DNS wait timed out", host=host, timeout=f"{timeout:g}s")
+                _finish(build_summary(DNS_TIMEOUT, message=message))
+                return 1
+        return run_agent(flags, cmd)
+    except _Terminated as e:
+        log("terminated before training started", signal=signal.Signals(e.signum).name)
+        _finish(build_summary(FAILED, message=str(e)))
+        return 1
+    except Exception as e:  # noqa: BLE001 - a launcher bug must still leave a summary
+        tb = traceback.format_exc()
+        sys.stderr.write(tb)
+        log("launcher error", error=f"{type(e).__name__}: {e}")
+        _finish(build_summary(ERROR, message=f"launcher error: {type(e).__name__}: {e}\n{tb}"))
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "--worker":
+        return worker_main(argv[2:] if argv[1:2] == ["--"] else argv[1:])
+    if not argv or argv[0] in ("-h", "--help"):
+        sys.stdout.write(USAGE)
+        return 0 if argv else 2
+    return launcher_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

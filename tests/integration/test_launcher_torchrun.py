@@ -1,0 +1,285 @@
+"""The in-pod launcher with real torch and real torchrun on loopback (no cluster).
+
+Each test runs the launcher as a subprocess exactly as the pod does
+(`python launcher.py <torchrun flags> -- <user command>`) and checks what the operator would
+see: the termination-message JSON, the exit code and the state files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
+TRAIN_DDP = ROOT / "examples" / "scripts" / "train_ddp.py"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+WORKER = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    mode = os.environ.get("MODE", "ok")
+    if mode == "big":
+        raise RuntimeError("huge message " + "x" * 100_000 + " THE END")
+    dist.init_process_group("gloo")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == dist.get_world_size()
+    if mode == "raise" and rank == int(os.environ["FAIL_RANK"]):
+        raise RuntimeError(f"rank {rank} failed on purpose")
+    if mode == "kill" and rank == int(os.environ["FAIL_RANK"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "sleep":
+        time.sleep(120)
+    dist.all_reduce(t)  # survivors of a failed peer die here
+    dist.barrier()
+    print(f"rank {rank} argv {sys.argv[1:]}", flush=True)
+    dist.destroy_process_group()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Node:
+    proc: subprocess.Popen[str]
+    state_dir: Path
+    term: Path
+    log: Path
+
+    def wait(self, timeout: float = 90) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"launcher did not exit in {timeout}s:\n{self.output()}") from None
+
+    def summary(self) -> dict[str, Any]:
+        raw = self.term.read_bytes()
+        assert len(raw) <= 4096, raw[:200]
+        data: dict[str, Any] = json.loads(raw)
+        return data
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start(
+    tmp: Path,
+    name: str,
+    cmd: list[str],
+    *,
+    nnodes: int = 1,
+    nproc: int = 2,
+    port: int,
+    is_host: bool = True,
+    rdzv_id: str = "job-uid-0",
+    join_timeout: int = 30,
+    endpoint: str | None = None,
+    env: dict[str, str] | None = None,
+    prefix: list[str] | None = None,
+) -> Node:
+    state_dir, term, log = tmp / f"{name}-state", tmp / f"{name}-term", tmp / f"{name}.log"
+    args = [
+        "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint or f"127.0.0.1:{port}",
+        "--rdzv-id", rdzv_id,
+        "--rdzv-conf", f"is_host={int(is_host)},join_timeout={join_timeout},read_timeout=20",
+        "--max-restarts", "0", "--monitor-interval", "0.2",
+    ]
+    full_env = {
+        **os.environ,
+        "TORCHRUN_OPERATOR_STATE_DIR": str(state_dir),
+        "TORCHRUN_OPERATOR_TERMINATION_LOG": str(term),
+        "TORCHRUN_OPERATOR_DNS_TIMEOUT": "10",
+        "PET_LOCAL_ADDR": "127.0.0.1",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        **(env or {}),
+    }
+    fp = log.open("w")
+    proc = subprocess.Popen(
+        [*(prefix or []), sys.executable, str(LAUNCHER), *args, "--", *cmd],
+        cwd=tmp, env=full_env, stdout=fp, stderr=subprocess.STDOUT, text=True,
+    )
+    fp.close()
+    return Node(proc, state_dir, term, log)
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> list[str]:
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    return ["python", str(script)]
+
+
+def test_single_node_success(tmp_path: Path, worker: list[str]) -> None:
+    node = start(tmp_path, "n0", [*worker, "--lr", "0.1"], port=free_port())
+    assert node.wait() == 0, node.output()
+    assert node.summary() == {"v": 1, "state": "Succeeded", "groupRank": 0, "ranks": [0, 1],
+                              "restarts": 0, "failures": []}
+    assert (node.state_dir / "ready").exists()
+    ranks = [json.loads((node.state_dir / f"rank-{i}.json").read_text()) for i in (0, 1)]
+    assert [(r["rank"], r["groupRank"], r["worldSize"]) for r in ranks] == [(0, 0, 2), (1, 0, 2)]
+    out = node.output()
+    # the user's argv reached the script, and the launcher's log lines are prefixed
+    assert "argv ['--lr', '0.1']" in out
+    assert "[launcher] training succeeded" in out
+
+
+def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str]) -> None:
+    port = free_port()
+    env = {"MODE": "raise", "FAIL_RANK": "3"}
+    nodes = [
+        start(tmp_path, f"n{i}", worker, nnodes=2, port=port, is_host=(i == 0), env=env)
+        for i in (0, 1)
+    ]
+    codes = [n.wait() for n in nodes]
+    assert codes == [1, 1], [n.output() for n in nodes]
+    summaries = [n.summary() for n in nodes]
+    assert all(s["state"] == "Failed" for s in summaries)
+    by_group = {s["groupRank"]: s for s in summaries}
+    assert sorted(by_group) == [0, 1]
+    holder = next(s for s in summaries if 3 in s["ranks"])
+    other = next(s for s in summaries if 3 not in s["ranks"])
+    assert holder["ranks"] == [2, 3] and other["ranks"] == [0, 1]
+
+    root = holder["failures"][0]
+    assert (root["rank"], root["localRank"], root["kind"]) == (3, 1, "exception")
+    assert root["error"] == "RuntimeError: rank 3 failed on purpose"
+    assert isinstance(root["at"], float) and abs(root["at"] - time.time()) < 120
+    assert {f["kind"] for f in other["failures"]} <= {"comm", "signal"}
+    assert other["failures"], other
+
+
+def test_sigkilled_worker_is_a_signal_failure(tmp_path: Path, worker: list[str]) -> None:
+    node = start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "kill", "FAIL_RANK": "1"})
+    assert node.wait() == 1, node.output()
+    s = node.summary()
+    assert s["state"] == "Failed"
+    killed = next(f for f in s["failures"] if f["rank"] == 1)
+    assert (killed["kind"], killed["exitCode"]) == ("signal", -9)
+    assert "SIGKILL" in killed["error"]
+    assert all(f["kind"] != "exception" for f in s["failures"])
+
+
+def test_huge_error_message_still_fits(tmp_path: Path, worker: list[str]) -> None:
+    node = start(tmp_path, "n0", worker, nproc=1, port=free_port(), env={"MODE": "big"})
+    assert node.wait() == 1, node.output()
+    s = node.summary()  # parses, and is <= 4096 bytes
+    (f,) = s["failures"]
+    assert f["kind"] == "exception" and f["rank"] == 0
+    assert f["error"].startswith("RuntimeError: huge message")
+    assert f["error"].endswith("THE END")
+
+
+def test_non_python_command_is_execed(tmp_path: Path) -> None:
+    node = start(tmp_path, "n0", ["sh", "-c", "echo hello from $RANK; exit 3"], nproc=1,
+                 port=free_port())
+    assert node.wait() == 3, node.output()
+    (f,) = node.summary()["failures"]
+    assert (f["kind"], f["exitCode"]) == ("exit", 3)
+    assert "hello from 0" in node.output()
+
+
+def _netns_available() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0
+
+
+def test_dns_timeout(tmp_path: Path, worker: list[str]) -> None:
+    # An empty network namespace: the lookup fails locally, no query leaves this machine.
+    if not _netns_available():
+        pytest.skip("needs `unshare --net` (root or user namespaces) to fail DNS offline")
+    t0 = time.monotonic()
+    node = start(tmp_path, "n0", worker, port=29400, endpoint="dtj-missing-0.dtj-missing:29400",
+                 env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"}, prefix=["unshare", "--net"])
+    assert node.wait(timeout=30) == 1, node.output()
+    elapsed = time.monotonic() - t0
+    s = node.summary()
+    assert s["state"] == "DNSTimeout"
+    assert "dtj-missing-0.dtj-missing" in s["message"] and "2s" in s["message"]
+    assert elapsed < 6, elapsed
+    assert "[launcher] waiting for rendezvous host" in node.output() or elapsed < 5.5
+    assert not (node.state_dir / "ready").exists()
+
+
+def test_rendezvous_never_completes(tmp_path: Path, worker: list[str]) -> None:
+    t0 = time.monotonic()
+    node = start(tmp_path, "n0", worker, nnodes=2, port=free_port(), join_timeout=8)
+    assert node.wait() == 1, node.output()
+    s = node.summary()
+    assert s["state"] == "RendezvousTimeout", s
+    assert "rendezvous" in s["message"].lower()
+    assert s["failures"] == [] and s["ranks"] == []
+    assert time.monotonic() - t0 < 45
+    assert not (node.state_dir / "ready").exists()
+
+
+def test_sigterm_stops_training_promptly(tmp_path: Path, worker: list[str]) -> None:
+    node = start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "sleep"})
+    deadline = time.monotonic() + 60
+    while not (node.state_dir / "ready").exists():
+        assert node.proc.poll() is None, node.output()
+        assert time.monotonic() < deadline, node.output()
+        time.sleep(0.2)
+    time.sleep(1.0)  # workers are inside their sleep
+    t0 = time.monotonic()
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.wait(timeout=20) == 1, node.output()
+    assert time.monotonic() - t0 < 10
+    s = node.summary()
+    assert s["state"] == "Failed" and "SIGTERM" in s["message"]
+
+
+def _checksum(out: str) -> str:
+    m = re.search(r"final checksum: ([0-9a-f]+) step (\d+)", out)
+    assert m, out
+    return f"{m.group(1)}@{m.group(2)}"
+
+
+def test_example_script_resume_is_deterministic(tmp_path: Path) -> None:
+    def train(name: str, ckpt: Path, *extra: str) -> Node:
+        node = start(tmp_path, name, ["python", str(TRAIN_DDP), "--epochs", "3",
+                                      "--samples", "256", "--checkpoint-dir", str(ckpt), *extra],
+                     port=free_port(), rdzv_id=f"uid-{name}",
+                     env={"TORCHRUN_OPERATOR_PROGRESS_FILE": str(tmp_path / f"{name}.step")})
+        assert node.wait() == 0, node.output()
+        assert node.summary()["state"] == "Succeeded"
+        return node
+
+    whole = train("whole", tmp_path / "ck-whole")
+    assert whole.summary()["step"] == 24  # 3 epochs x 256 samples / (2 ranks x 16)
+    first = train("first", tmp_path / "ck-resume", "--stop-after-epoch", "1")
+    assert (tmp_path / "ck-resume" / "checkpoint.pt").exists()
+    resumed = train("resumed", tmp_path / "ck-resume")
+    assert "resumed from" in resumed.output()
+    assert _checksum(first.output()) != _checksum(whole.output())
+    assert _checksum(resumed.output()) == _checksum(whole.output())
