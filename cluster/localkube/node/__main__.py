@@ -1,0 +1,85 @@
+"""CLI: `python -m localkube.node --kubeconfig K --state-dir DIR --nodes-json JSON
+--dns-ip IP --pod-cidr-base N --api-host IP --api-port P --ca-file CA --bridge lk-NAME
+[--backoff-base SECONDS]`.
+
+Registers the Nodes, then runs their pods until SIGTERM/SIGINT, on which it kills every pod
+it runs and removes their network namespaces, veths, mounts and created mountpoints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from . import kapi, runtime
+from .hostpaths import CreatedPaths
+from .nodes import NodeAgent, NodeConfig
+from .pods import Ipam, NodeContext, PodManager
+
+log = logging.getLogger("localkube.node")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m localkube.node", description=__doc__)
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--state-dir", required=True, type=Path)
+    p.add_argument("--nodes-json", required=True,
+                   help='[{"name":"node-0","cpu":"8","memory":"32Gi","gpus":0,...}]')
+    p.add_argument("--dns-ip", required=True)
+    p.add_argument("--pod-cidr-base", required=True, type=int)
+    p.add_argument("--api-host", required=True)
+    p.add_argument("--api-port", required=True, type=int)
+    p.add_argument("--ca-file", required=True)
+    p.add_argument("--bridge", required=True)
+    p.add_argument("--backoff-base", type=float, default=10.0,
+                   help="first restart back-off in seconds (doubles, capped)")
+    p.add_argument("--backoff-cap", type=float, default=300.0)
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level,
+                        format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    state_dir: Path = args.state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+
+    removed = runtime.cleanup_stale(args.bridge)
+    if removed:
+        log.info("removed stale network namespaces: %s", removed)
+    created = CreatedPaths(state_dir / "created-paths.json")
+    api = kapi.load(args.kubeconfig)
+    nodes = [NodeConfig.from_json(i, d) for i, d in enumerate(json.loads(args.nodes_json))]
+    gateway = f"10.{args.pod_cidr_base}.0.1"
+    agents = [NodeAgent(api, n, gateway, state_dir, stop) for n in nodes]
+    for a in agents:
+        a.register()
+        a.thread.start()
+    ctx = NodeContext(api=api, state_dir=state_dir, bridge=args.bridge, base=args.pod_cidr_base,
+                      dns_ip=args.dns_ip, api_host=args.api_host, api_port=args.api_port,
+                      backoff_base=args.backoff_base, backoff_cap=args.backoff_cap,
+                      created=created, stop=stop, ipam=Ipam(args.pod_cidr_base))
+    manager = PodManager(ctx, nodes)
+    manager.start()
+    log.info("nodes %s registered; running pods", [n.name for n in nodes])
+    (state_dir / "ready").write_text("1")
+    stop.wait()
+    log.info("shutting down: killing pods")
+    manager.shutdown()
+    runtime.cleanup_stale(args.bridge)
+    created.remove_all()
+    (state_dir / "ready").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
