@@ -20,11 +20,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator import metrics
+from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.kube.workqueue import WorkQueue
-from torchrun_operator.names import GROUP, PLURAL, VERSION
 from torchrun_operator.reconcile import Plan, children, reconcile
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class Controller:
     def set_active(self, active: bool) -> None:
         if active:
             self.active.set()
-            for key in self.jobs.keys():
+            for key in self.jobs.keys():  # noqa: SIM118 - a method, not a dict
                 self.queue.add(key)
         else:
             self.active.clear()
@@ -151,7 +151,7 @@ class Controller:
 
     def _create(self, ns: str, obj: Obj) -> Obj | None:
         kind = obj["kind"]
-        fn = {
+        fn: Any = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
@@ -192,7 +192,7 @@ class Controller:
 
     def _delete_pod(self, ns: str, name: str) -> None:
         try:
-            resp = self.core.delete_namespaced_pod(name, ns, _preload_content=False)
+            resp: Any = self.core.delete_namespaced_pod(name, ns, _preload_content=False)
             metrics.count_api_call("delete", "pod", 200)
             body = json.loads(resp.data)
             if body.get("kind") == "Pod":
@@ -208,9 +208,15 @@ class Controller:
         # which a merge patch would keep.
         patch = [{"op": "add", "path": "/status", "value": status}]
         try:
-            resp = self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch,
+            resp: Any = self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                meta["namespace"],
+                PLURAL,
+                meta["name"],
+                patch,
                 _preload_content=False,
+                _content_type="application/json-patch+json",
             )
             metrics.count_api_call("patch", "distributedtrainingjob/status", 200)
         except ApiException as e:

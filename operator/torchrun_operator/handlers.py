@@ -14,10 +14,10 @@ from typing import Any
 
 import kopf
 
+from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.controller import Controller
 from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube.leader import LeaderElector
-from torchrun_operator.names import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_event(event: dict[str, Any], **_: Any) -> None:
+def job_event(event: Any, **_: Any) -> None:
     ctrl: Controller | None = _state.get("controller")
     if ctrl is not None and event.get("object"):
         ctrl.on_job_event(event.get("type"), event["object"])

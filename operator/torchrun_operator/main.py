@@ -40,6 +40,9 @@ def main(argv: list[str] | None = None) -> None:
         log_format=kopf.LogFormat.JSON if args.log_format == "json" else kopf.LogFormat.PLAIN,
     )
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    if not args.verbose:
+        # kopf logs every handled event at INFO; one per pod change is noise at scale.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     liveness = f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None
     asyncio.run(
         kopf.operator(

@@ -31,6 +31,7 @@ from localkube.testing import (
     use_external_cluster,
     wait_for,
 )
+from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the operator's tests)
 
 INTEGRATION_DIR = Path(__file__).parent
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from torchrun_operator.names import JOB_LABEL
+from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 
 JobKey = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]

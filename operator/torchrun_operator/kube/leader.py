@@ -99,7 +99,8 @@ class LeaderElector:
                 if e2.status == 409:
                     return False
                 raise
-        spec = lease.spec
+        spec = lease.spec or client.V1LeaseSpec()
+        lease.spec = spec
         holder = spec.holder_identity
         renewed = spec.renew_time or spec.acquire_time
         expired = renewed is None or (now - renewed).total_seconds() > (
@@ -125,7 +126,7 @@ class LeaderElector:
     def _release(self) -> None:
         try:
             lease = self._coord.read_namespaced_lease(self._name, self._ns)
-            if lease.spec.holder_identity == self._id:
+            if lease.spec is not None and lease.spec.holder_identity == self._id:
                 lease.spec.holder_identity = None
                 lease.spec.renew_time = None
                 self._coord.replace_namespaced_lease(self._name, self._ns, lease)

@@ -7,16 +7,18 @@ controller which job changed. It re-lists on 410 Gone and on any stream error.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 from torchrun_operator.kube.cache import JobKey, PodCache
-from torchrun_operator.names import JOB_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +51,18 @@ class PodWatcher:
         if self._watch is not None:
             self._watch.stop()
 
-    def _list(self, **kw: object) -> dict:
+    def _list_fn(self, kw: dict[str, Any]) -> Any:
+        """The list call for our scope; `kw` gains the namespace when there is one."""
         if self._namespace:
-            fn = self._core.list_namespaced_pod
             kw["namespace"] = self._namespace
-        else:
-            fn = self._core.list_pod_for_all_namespaces
-        resp = fn(label_selector=JOB_LABEL, _preload_content=False, **kw)
-        import json
+            return self._core.list_namespaced_pod
+        return self._core.list_pod_for_all_namespaces
 
-        return json.loads(resp.data)
+    def _list(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {"label_selector": JOB_LABEL, "_preload_content": False}
+        resp = self._list_fn(kw)(**kw)
+        listed: dict[str, Any] = json.loads(resp.data)
+        return listed
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -78,18 +82,13 @@ class PodWatcher:
 
     def _stream(self, resource_version: str) -> None:
         self._watch = watch.Watch()
-        kw: dict[str, object] = {
+        kw: dict[str, Any] = {
             "label_selector": JOB_LABEL,
             "resource_version": resource_version,
             "allow_watch_bookmarks": True,
             "timeout_seconds": 300,
         }
-        if self._namespace:
-            fn = self._core.list_namespaced_pod
-            kw["namespace"] = self._namespace
-        else:
-            fn = self._core.list_pod_for_all_namespaces
-        for event in self._watch.stream(fn, **kw):
+        for event in self._watch.stream(self._list_fn(kw), **kw):
             if self._stop.is_set():
                 return
             kind, obj = event["type"], event["raw_object"]

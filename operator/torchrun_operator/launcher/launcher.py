@@ -478,15 +478,24 @@ def wait_for_dns(
         now = time.monotonic()
         if "addrs" in result:
             addrs = sorted({a[4][0] for a in result["addrs"] if len(a) > 4 and a[4]})
-            log("rendezvous host resolved", host=host, addresses=",".join(addrs) or "?",
-                waited=f"{now - start:.1f}s")
+            log(
+                "rendezvous host resolved",
+                host=host,
+                addresses=",".join(addrs) or "?",
+                waited=f"{now - start:.1f}s",
+            )
             return True
         last_error = result.get("error", "lookup still running")
         if now >= deadline:
             return False
         if now - last_log >= log_every:
-            log("waiting for rendezvous host to resolve", host=host,
-                waited=f"{now - start:.0f}s", timeout=f"{timeout:g}s", last_error=last_error)
+            log(
+                "waiting for rendezvous host to resolve",
+                host=host,
+                waited=f"{now - start:.0f}s",
+                timeout=f"{timeout:g}s",
+                last_error=last_error,
+            )
             last_log = now
         time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
@@ -687,8 +696,11 @@ def _start_signal_watchdog(grace: float) -> None:
             stuck = not _python_handler_ran.wait(3.0)
             if not stuck:
                 time.sleep(grace)
-            log("forcing exit after signal", signal=sig,
-                reason="main thread unresponsive" if stuck else f"shutdown exceeded {grace:g}s")
+            log(
+                "forcing exit after signal",
+                signal=sig,
+                reason="main thread unresponsive" if stuck else f"shutdown exceeded {grace:g}s",
+            )
             _kill_children()
             _finish(build_summary(FAILED, message=f"launcher terminated by {sig}"))
             os._exit(1)
@@ -781,9 +793,15 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     config, _, _ = config_from_args(args)
     entrypoint = sys.executable
     entry_args = ["-u", os.path.abspath(__file__), "--worker", *cmd]
-    log("starting torchrun agent", nnodes=args.nnodes, nproc_per_node=config.nproc_per_node,
-        rdzv_endpoint=config.rdzv_endpoint, rdzv_id=config.run_id,
-        max_restarts=config.max_restarts, command=" ".join(cmd))
+    log(
+        "starting torchrun agent",
+        nnodes=args.nnodes,
+        nproc_per_node=config.nproc_per_node,
+        rdzv_endpoint=config.rdzv_endpoint,
+        rdzv_id=config.run_id,
+        max_restarts=config.max_restarts,
+        command=" ".join(cmd),
+    )
 
     try:
         results = launch_agent(config, entrypoint, entry_args)
@@ -801,21 +819,44 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
         ]
         group_rank, ranks, restarts = _rank_info(sdir, list(e.failures))
         for f in sorted(failures, key=failure_sort_key):
-            log("worker failed", rank=f["rank"], local_rank=f["localRank"],
-                exit_code=f["exitCode"], kind=f["kind"],
-                error=truncate_text(f["error"].strip().splitlines()[-1] if f["error"].strip()
-                                    else "", 300))
-        _finish(build_summary(FAILED, group_rank=group_rank, ranks=ranks, restarts=restarts,
-                              failures=failures, step=read_step(step_file)))
+            log(
+                "worker failed",
+                rank=f["rank"],
+                local_rank=f["localRank"],
+                exit_code=f["exitCode"],
+                kind=f["kind"],
+                error=truncate_text(
+                    f["error"].strip().splitlines()[-1] if f["error"].strip() else "", 300
+                ),
+            )
+        _finish(
+            build_summary(
+                FAILED,
+                group_rank=group_rank,
+                ranks=ranks,
+                restarts=restarts,
+                failures=failures,
+                step=read_step(step_file),
+            )
+        )
         return exit_code_for(failures)
     except RendezvousTimeoutError as e:
-        message = (f"rendezvous did not complete in time (join_timeout) at "
-                   f"{config.rdzv_endpoint}: not all nodes joined"
-                   + (f": {e}" if str(e) else ""))
+        message = (
+            f"rendezvous did not complete in time (join_timeout) at "
+            f"{config.rdzv_endpoint}: not all nodes joined" + (f": {e}" if str(e) else "")
+        )
         log("rendezvous timed out", endpoint=config.rdzv_endpoint)
         group_rank, ranks, restarts = _rank_info(sdir, [])
-        _finish(build_summary(RENDEZVOUS_TIMEOUT, group_rank=group_rank, ranks=ranks,
-                              restarts=restarts, message=message, step=read_step(step_file)))
+        _finish(
+            build_summary(
+                RENDEZVOUS_TIMEOUT,
+                group_rank=group_rank,
+                ranks=ranks,
+                restarts=restarts,
+                message=message,
+                step=read_step(step_file),
+            )
+        )
         return 1
     except (RendezvousError, SignalException, _Terminated) as e:
         message = f"{type(e).__name__}: {e}"
@@ -823,15 +864,34 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             message = f"launcher terminated by {e.sigval.name}; workers stopped ({message})"
         log("agent stopped", error=message)
         group_rank, ranks, restarts = _rank_info(sdir, [])
-        _finish(build_summary(FAILED, group_rank=group_rank, ranks=ranks, restarts=restarts,
-                              message=message, step=read_step(step_file)))
+        _finish(
+            build_summary(
+                FAILED,
+                group_rank=group_rank,
+                ranks=ranks,
+                restarts=restarts,
+                message=message,
+                step=read_step(step_file),
+            )
+        )
         return 1
 
     group_rank, ranks, restarts = _rank_info(sdir, list(results or {}))
-    log("training succeeded", group_rank=group_rank, ranks=",".join(map(str, ranks)),
-        restarts=restarts)
-    _finish(build_summary(SUCCEEDED, group_rank=group_rank, ranks=ranks, restarts=restarts,
-                          step=read_step(step_file)))
+    log(
+        "training succeeded",
+        group_rank=group_rank,
+        ranks=",".join(map(str, ranks)),
+        restarts=restarts,
+    )
+    _finish(
+        build_summary(
+            SUCCEEDED,
+            group_rank=group_rank,
+            ranks=ranks,
+            restarts=restarts,
+            step=read_step(step_file),
+        )
+    )
     return 0
 
 
@@ -848,17 +908,23 @@ def launcher_main(argv: list[str]) -> int:
         signal.signal(sig, _early_signal_handler)
     _start_signal_watchdog(_shutdown_timeout(flags) + 5.0)
 
-    log("launcher starting", pid=os.getpid(), node_index=os.environ.get(ENV_NODE_RANK, "?"),
-        state_dir=state_dir())
+    log(
+        "launcher starting",
+        pid=os.getpid(),
+        node_index=os.environ.get(ENV_NODE_RANK, "?"),
+        state_dir=state_dir(),
+    )
     reset_state_dir(state_dir())
     try:
         host = endpoint_host(flags, os.environ)
         if host:
             timeout = _dns_timeout()
             if not wait_for_dns(host, timeout):
-                message = (f"rendezvous host {host!r} did not resolve within {timeout:g}s "
-                           f"({ENV_DNS_TIMEOUT}); is the headless Service there and does it "
-                           f"publish not-ready addresses?")
+                message = (
+                    f"rendezvous host {host!r} did not resolve within {timeout:g}s "
+                    f"({ENV_DNS_TIMEOUT}); is the headless Service there and does it "
+                    f"publish not-ready addresses?"
+                )
                 log("DNS wait timed out", host=host, timeout=f"{timeout:g}s")
                 _finish(build_summary(DNS_TIMEOUT, message=message))
                 return 1

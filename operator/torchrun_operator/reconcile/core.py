@@ -28,7 +28,7 @@ FINISHED = ("Succeeded", "Failed")
 MAX_RESTART_RECORDS = 10
 # A failure that restarting may fix is acted on only once the other nodes have had time to
 # report, or have all stopped: their reports may hold the exception that really caused it.
-SETTLE_SECONDS = WINDOW
+SETTLE_SECONDS = 2 * WINDOW
 
 
 @dataclass
@@ -380,9 +380,12 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     ):
         _replace(ctx, seen, cause)
         return
-    # Lost pods need no settling: nothing another node reports can explain them away.
+    # While other pods still run, their reports may name the real culprit: when rank 3 raises
+    # on the store host, the other node's agent often dies first, of a lost store connection.
+    # So wait until every pod has ended, or SETTLE_SECONDS after the first report. Lost pods
+    # need no settling: nothing another node reports can explain them away.
     reported = [c.at for c in seen.candidates if c.kind != "lost"]
-    if klass == "infrastructure" and seen.alive and reported:
+    if seen.alive and reported:
         settle_at = min(reported) + SETTLE_SECONDS
         if ctx.now < settle_at:
             ctx.requeue.append(settle_at - ctx.now)

@@ -49,13 +49,36 @@ def _report_kind(value: object) -> Kind:
     return "exit"
 
 
-def _pod_kind(pod: PodView, state: object) -> Kind:
+# An agent whose peer went away fails with no worker failure of its own, only a message.
+_COMM_MARKERS = (
+    "RendezvousConnectionError",
+    "DistNetworkError",
+    "Connection closed",
+    "Connection reset",
+    "Broken pipe",
+    "connection to the C10d store",
+    "RendezvousClosedError",
+)
+
+
+def _message_kind(message: object) -> Kind | None:
+    text = str(message or "")
+    if any(m in text for m in _COMM_MARKERS):
+        return "comm"
+    if "SIGTERM" in text or "signal" in text.lower():
+        return "signal"
+    return None
+
+
+def _pod_kind(pod: PodView, state: object, message: object = None) -> Kind:
     if pod.reason == "OOMKilled":
         return "oom"
     if pod.reason == "Evicted" or pod.disruption:
         return "evicted"
     if state == "Error":
         return "launcher"
+    if state == "Failed" and (kind := _message_kind(message)) is not None:
+        return kind
     if pod.exit_code is None:
         return "lost"
     if pod.exit_code >= 128 or pod.exit_code < 0:
@@ -109,7 +132,7 @@ def pod_candidates(
         )
     if out:
         return out
-    kind = _pod_kind(pod, state)
+    kind = _pod_kind(pod, state, report.get("message"))
     reason = (
         pod.disruption
         or pod.reason

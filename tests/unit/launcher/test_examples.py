@@ -16,8 +16,12 @@ MANIFESTS = ["cpu-ddp.yaml", "gpu-ddp.yaml", "configmap-script.yaml", "fail-rank
 
 
 def test_manifests_are_generated_from_current_scripts() -> None:
-    check = subprocess.run([sys.executable, str(EXAMPLES / "gen.py"), "--check"],
-                           capture_output=True, text=True, timeout=60)
+    check = subprocess.run(
+        [sys.executable, str(EXAMPLES / "gen.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert check.returncode == 0, check.stderr
 
 
@@ -27,7 +31,7 @@ def test_manifest_is_a_valid_job_with_its_script(name: str) -> None:
     assert (cm["kind"], job["kind"]) == ("ConfigMap", "DistributedTrainingJob")
     assert job["apiVersion"] == "torchrun.dev/v1alpha1"
     spec = JobSpec.model_validate(job["spec"])
-    (script_name, script_text), = cm["data"].items()
+    ((script_name, script_text),) = cm["data"].items()
     assert script_text == (EXAMPLES / "scripts" / script_name).read_text()
     # the trainer runs the mounted script from the ConfigMap defined next to it
     assert spec.trainer.command == ["python", f"/workspace/{script_name}"]

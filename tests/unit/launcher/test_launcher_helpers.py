@@ -16,8 +16,12 @@ LAUNCHER = Path(L.__file__)
 
 
 def _record(message: str) -> dict[str, object]:
-    return {"message": {"message": message,
-                        "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"}}}
+    return {
+        "message": {
+            "message": message,
+            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1700000000"},
+        }
+    }
 
 
 @pytest.mark.parametrize(
@@ -26,10 +30,18 @@ def _record(message: str) -> dict[str, object]:
         (1, "RuntimeError: rank 3 failed on purpose", "exception"),
         # a raising worker may die of SIGABRT in an unclean teardown: the record decides
         (-6, "RuntimeError: rank 3 failed on purpose", "exception"),
-        (1, "RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer "
-            "[127.0.0.1]:4242", "comm"),
-        (-15, "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
-              "1800000ms for recv operation to complete", "comm"),
+        (
+            1,
+            "RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+            "[127.0.0.1]:4242",
+            "comm",
+        ),
+        (
+            -15,
+            "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+            "1800000ms for recv operation to complete",
+            "comm",
+        ),
         (1, "torch.distributed.DistNetworkError: failed to recv, got 0 bytes", "comm"),
         (1, "DistBackendError: NCCL communicator was aborted on rank 2", "comm"),
         (-6, "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2)", "comm"),
@@ -49,8 +61,14 @@ def test_classify_failure(exitcode: int, error: str | None, kind: str) -> None:
 
 def test_failure_record_reads_torchelastic_error_file() -> None:
     f = L.failure_record(3, 1, -6, _record("RuntimeError: boom"), "ignored", 1700000009)
-    assert f == {"rank": 3, "localRank": 1, "exitCode": -6, "kind": "exception",
-                 "error": "RuntimeError: boom", "at": 1700000000.0}
+    assert f == {
+        "rank": 3,
+        "localRank": 1,
+        "exitCode": -6,
+        "kind": "exception",
+        "error": "RuntimeError: boom",
+        "at": 1700000000.0,
+    }
 
 
 def test_failure_record_without_error_file() -> None:
@@ -60,8 +78,7 @@ def test_failure_record_without_error_file() -> None:
     none = L.failure_record(1, 1, -9, {"message": "<NONE>"}, "Signal 9 (SIGKILL)", 1700000001)
     assert none["kind"] == "signal" and none["error"] == "Signal 9 (SIGKILL)"
     ex = L.failure_record(0, 0, 3, {}, "To enable traceback see: https://...", 1700000001)
-    assert ex["kind"] == "exit" and ex["error"] == (
-        "exited with code 3 without recording an error")
+    assert ex["kind"] == "exit" and ex["error"] == ("exited with code 3 without recording an error")
 
 
 def test_failure_record_prefers_precise_timestamp() -> None:
@@ -71,8 +88,11 @@ def test_failure_record_prefers_precise_timestamp() -> None:
 
 
 def test_truncate_keeps_exception_line_of_traceback() -> None:
-    tb = "Traceback (most recent call last):\n" + "  File x.py, line 1\n" * 500 + (
-        "RuntimeError: the useful bit")
+    tb = (
+        "Traceback (most recent call last):\n"
+        + "  File x.py, line 1\n" * 500
+        + ("RuntimeError: the useful bit")
+    )
     out = L.truncate_text(tb, 300)
     assert len(out) <= 300
     assert out.endswith("RuntimeError: the useful bit")
@@ -86,8 +106,12 @@ def _failure(rank: int, kind: str, error: str, at: float = 1.0) -> dict[str, obj
 
 def test_huge_message_fits_and_stays_valid_json() -> None:
     big = "RuntimeError: " + "x" * 100_000 + " END"
-    s = L.build_summary(L.FAILED, group_rank=0, ranks=[0, 1], failures=[
-        _failure(1, "exception", big), _failure(0, "signal", "Signal 15 (SIGTERM)")])
+    s = L.build_summary(
+        L.FAILED,
+        group_rank=0,
+        ranks=[0, 1],
+        failures=[_failure(1, "exception", big), _failure(0, "signal", "Signal 15 (SIGTERM)")],
+    )
     data = L.encode_summary(s)
     assert len(data) <= L.TERMINATION_LIMIT
     parsed = json.loads(data)
@@ -99,8 +123,10 @@ def test_huge_message_fits_and_stays_valid_json() -> None:
 
 
 def test_many_failures_drop_least_telling_and_count_them() -> None:
-    failures = [_failure(r, "signal", "Signal 15 (SIGTERM) received by PID 1" * 3, at=2.0)
-                for r in range(200)]
+    failures = [
+        _failure(r, "signal", "Signal 15 (SIGTERM) received by PID 1" * 3, at=2.0)
+        for r in range(200)
+    ]
     failures.append(_failure(150, "exception", "RuntimeError: root cause", at=5.0))
     data = L.encode_summary(L.build_summary(L.FAILED, ranks=range(200), failures=failures))
     parsed = json.loads(data)
@@ -117,8 +143,9 @@ def test_many_failures_drop_least_telling_and_count_them() -> None:
 )
 def test_encoded_summary_always_fits(errors: list[str], message: str | None) -> None:
     failures = [_failure(i, L.KIND_ORDER[i % 4], e) for i, e in enumerate(errors)]
-    data = L.encode_summary(L.build_summary(L.FAILED, ranks=range(len(errors)),
-                                            failures=failures, message=message))
+    data = L.encode_summary(
+        L.build_summary(L.FAILED, ranks=range(len(errors)), failures=failures, message=message)
+    )
     assert len(data) <= L.TERMINATION_LIMIT
     parsed = json.loads(data.decode("utf-8"))
     assert parsed["v"] == 1 and parsed["state"] == "Failed"
@@ -149,7 +176,9 @@ def test_endpoint_host(flags: list[str], env: dict[str, str], host: str | None) 
 
 def test_split_argv() -> None:
     assert L.split_argv(["--nnodes", "1", "--", "python", "t.py", "--", "x"]) == (
-        ["--nnodes", "1"], ["python", "t.py", "--", "x"])
+        ["--nnodes", "1"],
+        ["python", "t.py", "--", "x"],
+    )
     with pytest.raises(ValueError):
         L.split_argv(["--nnodes", "1", "python", "t.py"])
     with pytest.raises(ValueError):
@@ -228,13 +257,18 @@ def test_worker_error_file_matches_torchelastic_format() -> None:
 def test_help_and_bad_args_without_torch(tmp_path: Path) -> None:
     """The operator ships the file to images we don't know: --help and argument errors must not
     need torch (-I isolates from site-packages, so torch is not importable)."""
-    help_ = subprocess.run([sys.executable, "-I", str(LAUNCHER), "--help"],
-                           capture_output=True, text=True, timeout=30)
+    help_ = subprocess.run(
+        [sys.executable, "-I", str(LAUNCHER), "--help"], capture_output=True, text=True, timeout=30
+    )
     assert help_.returncode == 0 and "usage:" in help_.stdout
     term = tmp_path / "term"
-    bad = subprocess.run([sys.executable, "-I", str(LAUNCHER), "--nnodes", "1", "python", "x.py"],
-                         capture_output=True, text=True, timeout=30,
-                         env={"TORCHRUN_OPERATOR_TERMINATION_LOG": str(term)})
+    bad = subprocess.run(
+        [sys.executable, "-I", str(LAUNCHER), "--nnodes", "1", "python", "x.py"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"TORCHRUN_OPERATOR_TERMINATION_LOG": str(term)},
+    )
     assert bad.returncode == 2
     summary = json.loads(term.read_text())
     assert summary["state"] == "Error" and "--" in summary["message"]

@@ -48,17 +48,19 @@ def report(
     ranks: list[int] | None = None,
     failures: list[dict[str, Any]] | None = None,
     restarts: int = 0,
+    message: str | None = None,
 ) -> str:
-    return json.dumps(
-        {
-            "v": 1,
-            "state": state,
-            "groupRank": 0,
-            "ranks": ranks or [],
-            "restarts": restarts,
-            "failures": failures or [],
-        }
-    )
+    body: dict[str, Any] = {
+        "v": 1,
+        "state": state,
+        "groupRank": 0,
+        "ranks": ranks or [],
+        "restarts": restarts,
+        "failures": failures or [],
+    }
+    if message is not None:
+        body["message"] = message
+    return json.dumps(body)
 
 
 def failure(rank: int, kind: str, t: float, error: str = "", exit_code: int = 1) -> dict[str, Any]:

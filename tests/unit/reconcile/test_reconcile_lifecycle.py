@@ -17,6 +17,7 @@ from dtj_factory import (
 )
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
+from torchrun_operator.reconcile.core import SETTLE_SECONDS
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -247,7 +248,7 @@ def test_infrastructure_failure_waits_for_other_reports() -> None:
     ]
     plan, job2, _ = step(job, pods, 11)
     assert plan.status["phase"] in ("Starting", "Running")
-    assert plan.requeue_after == pytest.approx(4)
+    assert plan.requeue_after == pytest.approx(10 + SETTLE_SECONDS - 11)
     assert plan.events == []
     # the exception arrives inside the window: user error, no restart
     pods[1] = set_terminated(
@@ -256,6 +257,36 @@ def test_infrastructure_failure_waits_for_other_reports() -> None:
     plan, _, _ = step(job2, pods, 13)
     assert plan.status["phase"] == "Failed"
     assert plan.status["failure"]["rank"] == 2
+
+
+STORE_LOST = "RendezvousConnectionError: The connection to the C10d store has failed."
+
+
+def test_a_store_connection_loss_waits_for_the_store_hosts_exception() -> None:
+    # Seen on the real cluster: rank 3 raises on the pod hosting the c10d store; the other
+    # pod's agent dies first, of a lost store connection, with exit code 1 and no failures.
+    job, pods = start(make_job(nodes=2))
+    lost_store = report("Failed", [0, 1], [], message=STORE_LOST)
+    pods = [set_running(pods[0], ready=True), set_terminated(pods[1], 1, lost_store, t=10)]
+    plan, job2, _ = step(job, pods, 11)
+    assert plan.status["phase"] in ("Starting", "Running") and plan.delete == []
+    pods[0] = set_terminated(
+        pods[0],
+        1,
+        report("Failed", [2, 3], [failure(3, "exception", 9.5, "RuntimeError: rank 3")]),
+        t=12,
+    )
+    plan, _, _ = step(job2, pods, 12.5)
+    assert plan.status["phase"] == "Failed"
+    assert plan.status["failure"]["rank"] == 3
+    assert "rank 3" in plan.status["failure"]["message"]
+
+
+def test_a_lone_store_connection_loss_is_an_infrastructure_failure() -> None:
+    job, pods = start(make_job(nodes=1, failurePolicy={"maxRestarts": 1}))
+    lost_store = report("Failed", [0, 1], [], message=STORE_LOST)
+    plan, _, _ = step(job, [set_terminated(pods[0], 1, lost_store, t=10)], 11)
+    assert plan.status["phase"] == "Restarting"
 
 
 def test_earliest_failure_wins_outside_window() -> None:

@@ -1,0 +1,143 @@
+"""Helpers for integration tests that drive DistributedTrainingJobs through the real API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, utils
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
+JOB_LABEL = "torchrun.dev/job-name"
+
+
+def load_docs(path: Path | str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(Path(path).read_text()) if d]
+
+
+def apply(api: client.ApiClient, namespace: str, docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Creates every document in `namespace`; returns the DistributedTrainingJob."""
+    job: dict[str, Any] | None = None
+    for doc in docs:
+        if doc["kind"] == "DistributedTrainingJob":
+            job = create_job(api, namespace, doc)
+        else:
+            utils.create_from_dict(api, doc, namespace=namespace)
+    assert job is not None, "manifest has no DistributedTrainingJob"
+    return job
+
+
+def create_job(api: client.ApiClient, namespace: str, doc: dict[str, Any]) -> dict[str, Any]:
+    # Strict field validation, as `kubectl apply` does by default: unknown fields are errors.
+    custom = client.CustomObjectsApi(api)
+    result: dict[str, Any] = custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, doc, field_validation="Strict"
+    )
+    return result
+
+
+def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name
+    )
+    return result
+
+
+def wait_for(
+    what: str, fn: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
+) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+
+
+def wait_phase(
+    api: client.ApiClient, namespace: str, name: str, phases: set[str], timeout: float = 240.0
+) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        job = get_job(api, namespace, name)
+        return job if (job.get("status") or {}).get("phase") in phases else None
+
+    try:
+        result: dict[str, Any] = wait_for(f"{name} in {phases}", done, timeout)
+    except AssertionError:
+        job = get_job(api, namespace, name)
+        raise AssertionError(f"{name} never reached {phases}: status={job.get('status')}") from None
+    return result
+
+
+def job_pods(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    items: list[Any] = (
+        client.CoreV1Api(api)
+        .list_namespaced_pod(namespace, label_selector=f"{JOB_LABEL}={name}")
+        .items
+    )
+    return items
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class OperatorProcess:
+    """The operator as users run it (`torchrun-operator`), as a subprocess we can kill."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, extra: list[str] | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.log_dir = log_dir
+        self.extra = extra or []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_port = 0
+        self.runs = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"operator-{self.runs}.log"
+
+    def start(self) -> None:
+        self.runs += 1
+        self.metrics_port = free_port()
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torchrun_operator.main",
+                "--all-namespaces",
+                "--liveness-port",
+                "0",
+                "--metrics-port",
+                str(self.metrics_port),
+                *self.extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
