@@ -76,8 +76,7 @@ class Node:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(
-                f"launcher did not exit in {timeout}s:\n{self.output()}") from None
+            raise AssertionError(f"launcher did not exit in {timeout}s:\n{self.output()}") from None
 
     def summary(self) -> dict[str, Any]:
         raw = self.term.read_bytes()
@@ -106,11 +105,22 @@ def start(
 ) -> Node:
     state_dir, term, log = tmp / f"{name}-state", tmp / f"{name}-term", tmp / f"{name}.log"
     args = [
-        "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint or f"127.0.0.1:{port}",
-        "--rdzv-id", rdzv_id,
-        "--rdzv-conf", f"is_host={int(is_host)},join_timeout={join_timeout},read_timeout=20",
-        "--max-restarts", "0", "--monitor-interval", "0.2",
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        str(nproc),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint or f"127.0.0.1:{port}",
+        "--rdzv-id",
+        rdzv_id,
+        "--rdzv-conf",
+        f"is_host={int(is_host)},join_timeout={join_timeout},read_timeout=20",
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.2",
     ]
     full_env = {
         **os.environ,
@@ -126,7 +136,11 @@ def start(
     fp = log.open("w")
     proc = subprocess.Popen(
         [*(prefix or []), sys.executable, str(LAUNCHER), *args, "--", *cmd],
-        cwd=tmp, env=full_env, stdout=fp, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp,
+        env=full_env,
+        stdout=fp,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     fp.close()
     return Node(proc, state_dir, term, log)
@@ -142,8 +156,14 @@ def worker(tmp_path: Path) -> list[str]:
 def test_single_node_success(tmp_path: Path, worker: list[str]) -> None:
     node = start(tmp_path, "n0", [*worker, "--lr", "0.1"], port=free_port())
     assert node.wait() == 0, node.output()
-    assert node.summary() == {"v": 1, "state": "Succeeded", "groupRank": 0, "ranks": [0, 1],
-                              "restarts": 0, "failures": []}
+    assert node.summary() == {
+        "v": 1,
+        "state": "Succeeded",
+        "groupRank": 0,
+        "ranks": [0, 1],
+        "restarts": 0,
+        "failures": [],
+    }
     assert (node.state_dir / "ready").exists()
     ranks = [json.loads((node.state_dir / f"rank-{i}.json").read_text()) for i in (0, 1)]
     assert [(r["rank"], r["groupRank"], r["worldSize"]) for r in ranks] == [(0, 0, 2), (1, 0, 2)]
@@ -200,8 +220,9 @@ def test_huge_error_message_still_fits(tmp_path: Path, worker: list[str]) -> Non
 
 
 def test_non_python_command_is_execed(tmp_path: Path) -> None:
-    node = start(tmp_path, "n0", ["sh", "-c", "echo hello from $RANK; exit 3"], nproc=1,
-                 port=free_port())
+    node = start(
+        tmp_path, "n0", ["sh", "-c", "echo hello from $RANK; exit 3"], nproc=1, port=free_port()
+    )
     assert node.wait() == 3, node.output()
     (f,) = node.summary()["failures"]
     assert (f["kind"], f["exitCode"]) == ("exit", 3)
@@ -219,8 +240,15 @@ def test_dns_timeout(tmp_path: Path, worker: list[str]) -> None:
     if not _netns_available():
         pytest.skip("needs `unshare --net` (root or user namespaces) to fail DNS offline")
     t0 = time.monotonic()
-    node = start(tmp_path, "n0", worker, port=29400, endpoint="dtj-missing-0.dtj-missing:29400",
-                 env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"}, prefix=["unshare", "--net"])
+    node = start(
+        tmp_path,
+        "n0",
+        worker,
+        port=29400,
+        endpoint="dtj-missing-0.dtj-missing:29400",
+        env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"},
+        prefix=["unshare", "--net"],
+    )
     assert node.wait(timeout=30) == 1, node.output()
     elapsed = time.monotonic() - t0
     s = node.summary()
@@ -267,10 +295,24 @@ def _checksum(out: str) -> str:
 
 def test_example_script_resume_is_deterministic(tmp_path: Path) -> None:
     def train(name: str, ckpt: Path, *extra: str) -> Node:
-        node = start(tmp_path, name, ["python", str(TRAIN_DDP), "--epochs", "3",
-                                      "--samples", "256", "--checkpoint-dir", str(ckpt), *extra],
-                     port=free_port(), rdzv_id=f"uid-{name}",
-                     env={"TORCHRUN_OPERATOR_PROGRESS_FILE": str(tmp_path / f"{name}.step")})
+        node = start(
+            tmp_path,
+            name,
+            [
+                "python",
+                str(TRAIN_DDP),
+                "--epochs",
+                "3",
+                "--samples",
+                "256",
+                "--checkpoint-dir",
+                str(ckpt),
+                *extra,
+            ],
+            port=free_port(),
+            rdzv_id=f"uid-{name}",
+            env={"TORCHRUN_OPERATOR_PROGRESS_FILE": str(tmp_path / f"{name}.step")},
+        )
         assert node.wait() == 0, node.output()
         assert node.summary()["state"] == "Succeeded"
         return node

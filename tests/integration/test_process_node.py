@@ -23,14 +23,26 @@ Core = Any
 pytestmark = [pytest.mark.localkube, pytest.mark.slow]
 
 
-def pod(name: str, script: str, *, restart: str = "Never", shell: str = "sh",
-        **spec: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "python:3.11",
-                                 "command": [shell, "-c", script]}
+def pod(
+    name: str, script: str, *, restart: str = "Never", shell: str = "sh", **spec: Any
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "python:3.11",
+        "command": [shell, "-c", script],
+    }
     container.update(spec.pop("container", {}))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **spec.pop("meta", {})},
-            "spec": {"restartPolicy": restart, "terminationGracePeriodSeconds": 1,
-                     "containers": [container], **spec}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, **spec.pop("meta", {})},
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [container],
+            **spec,
+        },
+    }
 
 
 def create(core: Core, ns: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -46,8 +58,9 @@ def read(core: Core, ns: str, name: str) -> dict[str, Any] | None:
         raise
 
 
-def wait_phase(core: Core, ns: str, name: str, phases: tuple[str, ...],
-               timeout: float = 60) -> dict[str, Any]:
+def wait_phase(
+    core: Core, ns: str, name: str, phases: tuple[str, ...], timeout: float = 60
+) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         p = read(core, ns, name)
         return p if p and p.get("status", {}).get("phase") in phases else None
@@ -74,54 +87,84 @@ def core(kube: client.ApiClient) -> Core:
     return client.CoreV1Api(kube)
 
 
-def test_downward_api_volumes_and_termination_message(cluster: Any, core: Core,
-                                                     namespace: str) -> None:
+def test_downward_api_volumes_and_termination_message(
+    cluster: Any, core: Core, namespace: str
+) -> None:
     ns = namespace
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "cfg"},
-                                           "data": {"greeting": "hello", "mode": "fast"}})
-    core.create_namespaced_secret(ns, {"metadata": {"name": "sec"}, "data": {
-        "password": base64.b64encode(b"s3cret").decode()}})
-    script = "\n".join([
-        "import os",
-        "e = os.environ",
-        "print('ENV', e['POD_NAME'], e['POD_NS'], e['POD_IP'], e['NODE'], e['LBL'], e['CPU'],"
-        " e['GREETING'], e['PASSWORD'], e['CFG_mode'], e['MSG'])",
-        "print('FILES', open('/etc/cfg/greeting').read(), open('/etc/sec/password').read(),"
-        " open('/etc/info/name').read(), open('/etc/info/labels').read())",
-        "tok = open('/var/run/secrets/kubernetes.io/serviceaccount/token').read()",
-        "print('TOKEN', tok.count('.'), 'CA', 'BEGIN CERT' in open("
-        "'/var/run/secrets/kubernetes.io/serviceaccount/ca.crt').read())",
-        "print('CWD', os.getcwd())",
-        "open('/dev/termination-log', 'w').write('all good')",
-    ])
+    core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "cfg"}, "data": {"greeting": "hello", "mode": "fast"}}
+    )
+    core.create_namespaced_secret(
+        ns,
+        {"metadata": {"name": "sec"}, "data": {"password": base64.b64encode(b"s3cret").decode()}},
+    )
+    script = "\n".join(
+        [
+            "import os",
+            "e = os.environ",
+            "print('ENV', e['POD_NAME'], e['POD_NS'], e['POD_IP'], e['NODE'], e['LBL'], e['CPU'],"
+            " e['GREETING'], e['PASSWORD'], e['CFG_mode'], e['MSG'])",
+            "print('FILES', open('/etc/cfg/greeting').read(), open('/etc/sec/password').read(),"
+            " open('/etc/info/name').read(), open('/etc/info/labels').read())",
+            "tok = open('/var/run/secrets/kubernetes.io/serviceaccount/token').read()",
+            "print('TOKEN', tok.count('.'), 'CA', 'BEGIN CERT' in open("
+            "'/var/run/secrets/kubernetes.io/serviceaccount/ca.crt').read())",
+            "print('CWD', os.getcwd())",
+            "open('/dev/termination-log', 'w').write('all good')",
+        ]
+    )
     env = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "LBL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
-        {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu",
-                                                           "divisor": "1m"}}},
+        {
+            "name": "CPU",
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}},
+        },
         {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}},
         {"name": "MSG", "value": "ip=$(POD_IP)"},
     ]
-    body = pod("echo", script, shell="python", meta={"labels": {"app": "demo"}}, container={
-        "command": ["python", "-c", script], "env": env, "workingDir": "/tmp",
-        "envFrom": [{"prefix": "CFG_", "configMapRef": {"name": "cfg"}}],
-        "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
-        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"},
-                         {"name": "sec", "mountPath": "/etc/sec", "readOnly": True},
-                         {"name": "info", "mountPath": "/etc/info"}]},
-        volumes=[{"name": "cfg", "configMap": {"name": "cfg"}},
-                 {"name": "sec", "secret": {"secretName": "sec"}},
-                 {"name": "info", "downwardAPI": {"items": [
-                     {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
-                     {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}}])
+    body = pod(
+        "echo",
+        script,
+        shell="python",
+        meta={"labels": {"app": "demo"}},
+        container={
+            "command": ["python", "-c", script],
+            "env": env,
+            "workingDir": "/tmp",
+            "envFrom": [{"prefix": "CFG_", "configMapRef": {"name": "cfg"}}],
+            "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}},
+            "volumeMounts": [
+                {"name": "cfg", "mountPath": "/etc/cfg"},
+                {"name": "sec", "mountPath": "/etc/sec", "readOnly": True},
+                {"name": "info", "mountPath": "/etc/info"},
+            ],
+        },
+        volumes=[
+            {"name": "cfg", "configMap": {"name": "cfg"}},
+            {"name": "sec", "secret": {"secretName": "sec"}},
+            {
+                "name": "info",
+                "downwardAPI": {
+                    "items": [
+                        {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
+                        {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    ]
+                },
+            },
+        ],
+    )
     body["spec"]["containers"][0]["command"] = ["python", "-c", script]
     create(core, ns, body)
-    fail = pod("fail", "echo about to fail >&2; exit 3", container={
-        "terminationMessagePolicy": "FallbackToLogsOnError"})
+    fail = pod(
+        "fail",
+        "echo about to fail >&2; exit 3",
+        container={"terminationMessagePolicy": "FallbackToLogsOnError"},
+    )
     create(core, ns, fail)
 
     p = wait_phase(core, ns, "echo", ("Succeeded", "Failed"))
@@ -146,41 +189,61 @@ def test_downward_api_volumes_and_termination_message(cluster: Any, core: Core,
     assert "about to fail" in t["message"]
 
 
-def test_headless_service_dns_between_pods(cluster: Any, core: Core,
-                                           namespace: str) -> None:
+def test_headless_service_dns_between_pods(cluster: Any, core: Core, namespace: str) -> None:
     ns = namespace
-    core.create_namespaced_service(ns, {"metadata": {"name": "peers"}, "spec": {
-        "clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "peers"},
-        "ports": [{"name": "talk", "port": 7000}]}})
-    server = "\n".join([
-        "import socket",
-        "s = socket.create_server(('0.0.0.0', 7000))",
-        "c, _ = s.accept()",
-        "print('GOT', c.recv(100).decode(), flush=True)",
-        "c.sendall(b'pong')",
-    ])
+    core.create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": "peers"},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"app": "peers"},
+                "ports": [{"name": "talk", "port": 7000}],
+            },
+        },
+    )
+    server = "\n".join(
+        [
+            "import socket",
+            "s = socket.create_server(('0.0.0.0', 7000))",
+            "c, _ = s.accept()",
+            "print('GOT', c.recv(100).decode(), flush=True)",
+            "c.sendall(b'pong')",
+        ]
+    )
     fqdn = f"b.peers.{ns}.svc.cluster.local"
-    clnt = "\n".join([
-        "import socket, time",
-        "for i in range(200):",
-        "    try:",
-        f"        addr = socket.gethostbyname('{fqdn}')",
-        "        c = socket.create_connection((addr, 7000), timeout=2)",
-        "        break",
-        "    except OSError:",
-        "        time.sleep(0.25)",
-        "print('RESOLVED', addr, socket.gethostname(), flush=True)",
-        "c.sendall(('ping from ' + socket.gethostname()).encode())",
-        "print('REPLY', c.recv(100).decode(), flush=True)",
-    ])
+    clnt = "\n".join(
+        [
+            "import socket, time",
+            "for i in range(200):",
+            "    try:",
+            f"        addr = socket.gethostbyname('{fqdn}')",
+            "        c = socket.create_connection((addr, 7000), timeout=2)",
+            "        break",
+            "    except OSError:",
+            "        time.sleep(0.25)",
+            "print('RESOLVED', addr, socket.gethostname(), flush=True)",
+            "c.sendall(('ping from ' + socket.gethostname()).encode())",
+            "print('REPLY', c.recv(100).decode(), flush=True)",
+        ]
+    )
     for name, script in (("b", server), ("a", clnt)):
-        body = pod(name, "", meta={"labels": {"app": "peers"}}, hostname=name,
-                   subdomain="peers", container={"command": ["python", "-c", script]})
+        body = pod(
+            name,
+            "",
+            meta={"labels": {"app": "peers"}},
+            hostname=name,
+            subdomain="peers",
+            container={"command": ["python", "-c", script]},
+        )
         create(core, ns, body)
     a = wait_phase(core, ns, "a", ("Succeeded", "Failed"))
     b = wait_phase(core, ns, "b", ("Succeeded", "Failed"))
     assert (a["status"]["phase"], b["status"]["phase"]) == ("Succeeded", "Succeeded"), (
-        log_of(cluster, ns, "a"), log_of(cluster, ns, "b"))
+        log_of(cluster, ns, "a"),
+        log_of(cluster, ns, "b"),
+    )
     assert f"RESOLVED {b['status']['podIP']} a" in log_of(cluster, ns, "a")
     assert "REPLY pong" in log_of(cluster, ns, "a")
     assert "GOT ping from a" in log_of(cluster, ns, "b")
@@ -198,28 +261,67 @@ dist.destroy_process_group()
 
 def test_torchrun_across_two_pods(cluster: Any, core: Core, namespace: str) -> None:
     ns = namespace
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "script"},
-                                           "data": {"allreduce.py": ALLREDUCE}})
-    core.create_namespaced_service(ns, {"metadata": {"name": "tr"}, "spec": {
-        "clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "tr"},
-        "ports": [{"name": "c10d", "port": 29400}]}})
+    core.create_namespaced_config_map(
+        ns, {"metadata": {"name": "script"}, "data": {"allreduce.py": ALLREDUCE}}
+    )
+    core.create_namespaced_service(
+        ns,
+        {
+            "metadata": {"name": "tr"},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"app": "tr"},
+                "ports": [{"name": "c10d", "port": 29400}],
+            },
+        },
+    )
     for i in range(2):
-        args = ["-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", "tr-0.tr:29400",
-                "--rdzv-id", "test", "--rdzv-conf", f"is_host={1 if i == 0 else 0},join_timeout=50",
-                "--local-addr", "$(POD_IP)", "/opt/script/allreduce.py"]
-        body = pod(f"tr-{i}", "", meta={"labels": {"app": "tr"}}, hostname=f"tr-{i}",
-                   subdomain="tr", container={
-                       "command": ["python"], "args": args,
-                       "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {
-                           "fieldPath": "status.podIP"}}}],
-                       "volumeMounts": [{"name": "script", "mountPath": "/opt/script"},
-                                        {"name": "shm", "mountPath": "/dev/shm"}]},
-                   volumes=[{"name": "script", "configMap": {"name": "script"}},
-                            {"name": "shm", "emptyDir": {"medium": "Memory"}}])
+        args = [
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "tr-0.tr:29400",
+            "--rdzv-id",
+            "test",
+            "--rdzv-conf",
+            f"is_host={1 if i == 0 else 0},join_timeout=50",
+            "--local-addr",
+            "$(POD_IP)",
+            "/opt/script/allreduce.py",
+        ]
+        body = pod(
+            f"tr-{i}",
+            "",
+            meta={"labels": {"app": "tr"}},
+            hostname=f"tr-{i}",
+            subdomain="tr",
+            container={
+                "command": ["python"],
+                "args": args,
+                "env": [
+                    {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+                ],
+                "volumeMounts": [
+                    {"name": "script", "mountPath": "/opt/script"},
+                    {"name": "shm", "mountPath": "/dev/shm"},
+                ],
+            },
+            volumes=[
+                {"name": "script", "configMap": {"name": "script"}},
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            ],
+        )
         create(core, ns, body)
-    results = [wait_phase(core, ns, f"tr-{i}", ("Succeeded", "Failed"), timeout=120)
-               for i in range(2)]
+    results = [
+        wait_phase(core, ns, f"tr-{i}", ("Succeeded", "Failed"), timeout=120) for i in range(2)
+    ]
     logs = [log_of(cluster, ns, f"tr-{i}") for i in range(2)]
     assert [r["status"]["phase"] for r in results] == ["Succeeded", "Succeeded"], logs
     lines = [ln for lg in logs for ln in lg.splitlines() if "WORLD 4 SUM" in ln]
@@ -244,8 +346,7 @@ def _gone(core: Core, ns: str, name: str) -> Callable[[], bool]:
     return lambda: read(core, ns, name) is None
 
 
-def test_delete_kills_process_tree_and_gc_removes_owned_pod(
-        core: Core, namespace: str) -> None:
+def test_delete_kills_process_tree_and_gc_removes_owned_pod(core: Core, namespace: str) -> None:
     ns = namespace
     marker = str(random.randrange(10**6, 10**7))
     # sh as PID 1 ignores SIGTERM (as in any container): the grace period then ends in SIGKILL.
@@ -257,23 +358,41 @@ def test_delete_kills_process_tree_and_gc_removes_owned_pod(
     assert _host_pids_with(marker) == []
 
     cm = core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
-    owned = pod("owned", "sleep 1000", meta={"ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": cm.metadata.uid}]})
+    owned = pod(
+        "owned",
+        "sleep 1000",
+        meta={
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": cm.metadata.uid}
+            ]
+        },
+    )
     create(core, ns, owned)
     wait_phase(core, ns, "owned", ("Running",))
     core.delete_namespaced_config_map("owner", ns)
     wait_for("owned pod garbage collected", _gone(core, ns, "owned"), timeout=40)
 
 
-def test_readiness_probe_and_restart_on_failure(cluster: Any, core: Core,
-                                                namespace: str) -> None:
+def test_readiness_probe_and_restart_on_failure(cluster: Any, core: Core, namespace: str) -> None:
     ns = namespace
-    probe = {"exec": {"command": ["cat", "/state/ready"]}, "periodSeconds": 1,
-             "failureThreshold": 1}
-    create(core, ns, pod(
-        "probed", "sleep 2; touch /state/ready; sleep 4; rm /state/ready; sleep 1000",
-        container={"readinessProbe": probe, "volumeMounts": [{"name": "s", "mountPath": "/state"}]},
-        volumes=[{"name": "s", "emptyDir": {}}]))
+    probe = {
+        "exec": {"command": ["cat", "/state/ready"]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }
+    create(
+        core,
+        ns,
+        pod(
+            "probed",
+            "sleep 2; touch /state/ready; sleep 4; rm /state/ready; sleep 1000",
+            container={
+                "readinessProbe": probe,
+                "volumeMounts": [{"name": "s", "mountPath": "/state"}],
+            },
+            volumes=[{"name": "s", "emptyDir": {}}],
+        ),
+    )
     create(core, ns, pod("crashy", "echo crashing; exit 1", restart="OnFailure"))
 
     def ready() -> str | None:
@@ -305,14 +424,29 @@ def test_readiness_probe_and_restart_on_failure(cluster: Any, core: Core,
 
 
 def test_lost_node_goes_not_ready_and_its_pods_are_evicted(
-        cluster: Any, core: Core, namespace: str) -> None:
+    cluster: Any, core: Core, namespace: str
+) -> None:
     ns = namespace
     node = "node-1"
-    tolerations = [{"key": f"node.kubernetes.io/{k}", "operator": "Exists",
-                    "effect": "NoExecute", "tolerationSeconds": 1}
-                   for k in ("not-ready", "unreachable")]
-    create(core, ns, pod("victim", "sleep 1000", nodeSelector={"kubernetes.io/hostname": node},
-                         tolerations=tolerations))
+    tolerations = [
+        {
+            "key": f"node.kubernetes.io/{k}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 1,
+        }
+        for k in ("not-ready", "unreachable")
+    ]
+    create(
+        core,
+        ns,
+        pod(
+            "victim",
+            "sleep 1000",
+            nodeSelector={"kubernetes.io/hostname": node},
+            tolerations=tolerations,
+        ),
+    )
     wait_phase(core, ns, "victim", ("Running",))
     pause = Path(cluster.layout.node_state) / node / "pause-heartbeat"
     pause.touch()
@@ -330,7 +464,8 @@ def test_lost_node_goes_not_ready_and_its_pods_are_evicted(
     def healthy() -> bool:
         n = core.read_node(node)
         taints = [t.key for t in n.spec.taints or []]
-        return node_ready() == "True" and not any(k.startswith("node.kubernetes.io/")
-                                                  for k in taints)
+        return node_ready() == "True" and not any(
+            k.startswith("node.kubernetes.io/") for k in taints
+        )
 
     wait_for("node Ready again", healthy, timeout=45, interval=1)
