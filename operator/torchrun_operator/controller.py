@@ -40,6 +40,10 @@ def _ok_codes(e: ApiException, *codes: int) -> bool:
     return e.status in codes
 
 
+def _namespace_terminating(e: ApiException) -> bool:
+    return e.status == 403 and "NamespaceTerminating" in str(e.body or "")
+
+
 class Controller:
     def __init__(
         self,
@@ -64,6 +68,7 @@ class Controller:
         self._threads: list[threading.Thread] = []
         self._watchers: list[PodWatcher] = []
         self.active = threading.Event()  # set while this replica leads
+        self._phases_lock = threading.Lock()
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -90,6 +95,18 @@ class Controller:
                 self.queue.add(key)
         else:
             self.active.clear()
+        self._publish_phases()
+
+    def _publish_phases(self) -> None:
+        """The jobs-by-phase gauge from the job cache; a standby replica reports none."""
+        with self._phases_lock:
+            if not self.active.is_set():
+                metrics.set_jobs_by_phase({})
+                return
+            jobs = (self.jobs.get(k) for k in self.jobs.keys())  # noqa: SIM118
+            metrics.set_jobs_by_phase(
+                metrics.phase_counts((j or {}).get("status") for j in jobs if j is not None)
+            )
 
     def enqueue(self, key: JobKey) -> None:
         # A short delay gathers a burst of pod events into one reconcile.
@@ -101,8 +118,10 @@ class Controller:
         if kind == "DELETED":
             self.jobs.remove(key)
             self._children_done.discard(meta.get("uid", ""))
+            self._publish_phases()
             return
         self.jobs.put(job)
+        self._publish_phases()
         self.queue.add(key)
 
     # -- the work loop -----------------------------------------------------------------------
@@ -116,6 +135,15 @@ class Controller:
                 # A standby replica drops keys: set_active() re-queues every job on takeover.
                 if self.active.is_set():
                     self.sync(key)  # type: ignore[arg-type]
+            except ApiException as e:
+                # The API said no (a terminating namespace, a conflict, a quota): a retry
+                # later is the cure, a traceback would only be noise.
+                level = logging.INFO if _namespace_terminating(e) else logging.WARNING
+                log.log(
+                    level, "reconcile of %s: API error %s %s; retrying", key, e.status, e.reason
+                )
+                self.queue.add(key, after=2.0)
+                metrics.observe_reconcile(0.0, error=True)
             except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
                 log.exception("reconcile of %s failed; retrying", key)
                 self.queue.add(key, after=2.0)
@@ -224,7 +252,11 @@ class Controller:
             if _ok_codes(e, 404):
                 return
             raise
+        metrics.record_status_change(
+            metrics.status_change(job.get("status"), status, meta.get("creationTimestamp"))
+        )
         self.jobs.put(json.loads(resp.data))
+        self._publish_phases()
 
     def _delete_job(self, ns: str, name: str) -> None:
         try:

@@ -37,10 +37,18 @@ def _job_doc(name: str) -> dict[str, Any]:
     return next(d for d in load_docs(EXAMPLES / name) if d["kind"] == "DistributedTrainingJob")
 
 
+def _keep_pods(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The default cleanPodPolicy removes finished pods; these tests inspect them."""
+    for d in docs:
+        if d["kind"] == "DistributedTrainingJob":
+            d["spec"].setdefault("runPolicy", {})["cleanPodPolicy"] = "KeepAll"
+    return docs
+
+
 def test_cpu_example_succeeds_with_per_rank_status_and_owned_children(
     kube: client.ApiClient, namespace: str
 ) -> None:
-    job = apply(kube, namespace, load_docs(EXAMPLES / "cpu-ddp.yaml"))
+    job = apply(kube, namespace, _keep_pods(load_docs(EXAMPLES / "cpu-ddp.yaml")))
     name = job["metadata"]["name"]
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     status = done["status"]
@@ -136,7 +144,7 @@ def test_rendezvous_that_cannot_complete_fails_within_the_timeout(
 def test_operator_restart_mid_job_creates_no_duplicates_and_keeps_status(
     kube: client.ApiClient, namespace: str, operator: Any
 ) -> None:
-    docs = load_docs(EXAMPLES / "cpu-ddp.yaml")
+    docs = _keep_pods(load_docs(EXAMPLES / "cpu-ddp.yaml"))
     job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
     job["metadata"]["name"] = "survives-restart"
     apply(kube, namespace, docs)

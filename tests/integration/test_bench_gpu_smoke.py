@@ -1,0 +1,82 @@
+"""bench/gpu_bench.py must keep working without a GPU: its --smoke --cpu mode runs all three
+layouts (bare torchrun, the rendered one-pod and two-pod jobs through the real launcher) with
+gloo and a tiny model. Only the harness is checked here, never the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench" / "gpu_bench.py"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+ROW_LABELS = [
+    "DDP step, mean (ms)",
+    "DDP step, median (ms)",
+    "all-reduce bus bandwidth (GB/s)",
+    "launch -> process group up (s)",
+    "launch -> first step done (s)",
+    "launch -> all processes exited (s)",
+]
+
+
+def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
+    out_json = tmp_path / "bench.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--smoke",
+            "--cpu",
+            "--timeout",
+            "90",
+            "--json-out",
+            str(out_json),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=140,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| figure |"))
+    for col in (
+        "bare torchrun",
+        "one pod (2 CPU ranks)",
+        "two pods (1 CPU rank each, emulated)",
+        "one pod vs bare",
+        "two pods vs bare",
+    ):
+        assert col in header, header
+    for label in ROW_LABELS:
+        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
+        assert row is not None, f"missing row {label!r}:\n{proc.stdout}"
+        assert len(row.strip("|").split("|")) == 6, row
+    assert any(line.startswith("target: one-pod DDP step") for line in lines), proc.stdout
+    assert any(line.startswith("target: one-pod launch -> first step") for line in lines)
+
+    data = json.loads(out_json.read_text())
+    assert set(data["figures"]) == {"bare", "one-pod", "two-pods"}
+    for layout, n_procs in (("bare", 1), ("one-pod", 1), ("two-pods", 2)):
+        (run,) = data["runs"][layout]
+        assert run["world_size"] == 2 and run["backend"] == "gloo"
+        assert len(run["processes"]) == n_procs
+    # The pod layouts ran the launcher the renderer names, and it reported success per pod.
+    pods = data["runs"]["one-pod"][0]["processes"] + data["runs"]["two-pods"][0]["processes"]
+    for pod in pods:
+        assert pod["argv"][1].endswith("launcher/launcher.py"), pod["argv"]
+        assert pod["summary"]["state"] == "Succeeded", pod
+    group_ranks = sorted(
+        p["summary"]["groupRank"] for p in data["runs"]["two-pods"][0]["processes"]
+    )
+    assert group_ranks == [0, 1]

@@ -1,0 +1,300 @@
+"""Installing the operator as users do: `helm install` of the chart, `kubectl apply` of
+deploy/install.yaml. The operator then runs as a pod on the process node, under its own
+ServiceAccount, with in-cluster configuration from the projected token, and runs a job.
+
+Images are not pulled on localkube: the operator pod runs this checkout with the test
+environment's Python. The chart's `command` value (default `[torchrun-operator]`, the image's
+entrypoint) becomes `python -m torchrun_operator.main`, and `env` adds PYTHONPATH pointing at
+`operator/` — values any user could set; nothing is installed into the Python environment.
+The install manifest gets the same two changes through `kubectl patch` after `kubectl apply`.
+
+While these tests run, the session's own operator (fixture `operator`) is stopped, so that
+the installed operator alone can make the job succeed: a missing permission cannot hide
+behind another operator doing the work.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dtj import REPO, OperatorProcess, apply, load_docs, wait_for, wait_phase
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from operator_fixtures import install_crd
+
+pytestmark = pytest.mark.localkube
+
+CHART = REPO / "charts" / "torchrun-operator"
+INSTALL = REPO / "deploy" / "install.yaml"
+CPU_EXAMPLE = REPO / "examples" / "cpu-ddp.yaml"
+RELEASE = "dtj-op"
+FULLNAME = f"{RELEASE}-torchrun-operator"
+INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
+CRD_NAME = "distributedtrainingjobs.torchrun.dev"
+# How the operator pod runs this checkout on the process node (see the module docstring).
+SOURCE_COMMAND = ["python", "-m", "torchrun_operator.main"]
+SOURCE_ENV = [{"name": "PYTHONPATH", "value": str(REPO / "operator")}]
+
+
+@pytest.fixture
+def sole_operator(operator: OperatorProcess) -> Iterator[None]:
+    """Stops the session's operator for the test, and starts it again afterwards."""
+    operator.kill()
+    try:
+        yield
+    finally:
+        operator.start()
+
+
+def helm_bin(cluster: Any) -> str:
+    path = Path(cluster.bin_dir) / "helm"
+    assert path.exists(), f"no helm in {cluster.bin_dir}: run cluster/build.sh"
+    return str(path)
+
+
+def kubectl_bin() -> str:
+    found = shutil.which("kubectl")
+    assert found, "kubectl is not on PATH"
+    return found
+
+
+def run(argv: list[str], timeout: float = 180) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}"
+    return proc.stdout
+
+
+def pod_log(cluster: Any, namespace: str, pod: str, container: str = "operator") -> str:
+    path = Path(cluster.layout.node_state) / "logs" / namespace / pod / f"{container}.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def operator_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[Any]:
+    return [
+        p
+        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+        if not p.metadata.deletion_timestamp
+    ]
+
+
+def ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def allowed(
+    auth: client.AuthorizationV1Api,
+    user: str,
+    verb: str,
+    resource: str,
+    namespace: str | None = None,
+    group: str = "",
+) -> bool:
+    review = auth.create_subject_access_review(
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "resource": resource,
+                    "group": group,
+                    **({"namespace": namespace} if namespace else {}),
+                },
+            },
+        }
+    )
+    return bool(review.status.allowed)
+
+
+def run_cpu_example(kube: client.ApiClient, namespace: str) -> dict[str, Any]:
+    job = apply(kube, namespace, load_docs(CPU_EXAMPLE))
+    done = wait_phase(kube, namespace, job["metadata"]["name"], {"Succeeded", "Failed"}, 180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    return done
+
+
+def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstalls(
+    cluster: Any, kube: client.ApiClient, namespace: str, sole_operator: None, tmp_path: Path
+) -> None:
+    helm = helm_bin(cluster)
+    kubeconfig = str(cluster.kubeconfig)
+    release_ns = f"{namespace[:55]}-op"
+    core = client.CoreV1Api(kube)
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "watchNamespaces": [namespace],
+                "command": SOURCE_COMMAND,
+                "env": SOURCE_ENV,
+                "logFormat": "plain",
+            }
+        )
+    )
+    base = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
+    try:
+        run(
+            [helm, "install", RELEASE, str(CHART), *base, "--create-namespace"]
+            + ["--values", str(values), "--wait", "--timeout", "120s"]
+        )
+        (pod,) = operator_pods(core, release_ns, INSTANCE)
+        assert ready(pod), pod.status
+        assert pod.spec.service_account_name == FULLNAME
+        # In-cluster configuration: the projected token and the service host, no kubeconfig.
+        container = pod.spec.containers[0]
+        assert "KUBECONFIG" not in {e.name for e in container.env or []}
+        mounts = {m.mount_path for m in container.volume_mounts}
+        assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+
+        done = run_cpu_example(kube, namespace)
+        assert done["status"]["worldSize"] == 4
+
+        log = pod_log(cluster, release_ns, pod.metadata.name)
+        assert log, "the operator pod wrote no log"
+        assert "forbidden" not in log.lower(), log[-4000:]
+        assert "Traceback" not in log, log[-4000:]
+
+        # Not more than needed.
+        auth = client.AuthorizationV1Api(kube)
+        sa = f"system:serviceaccount:{release_ns}:{FULLNAME}"
+        assert allowed(auth, sa, "create", "pods", namespace)
+        assert allowed(auth, sa, "patch", "distributedtrainingjobs/status", namespace, "torchrun.dev")
+        for verb, resource, ns, group in [
+            ("get", "secrets", namespace, ""),
+            ("list", "secrets", release_ns, ""),
+            ("create", "clusterroles", None, "rbac.authorization.k8s.io"),
+            ("delete", "nodes", None, ""),
+            ("create", "pods/exec", namespace, ""),
+            ("create", "pods", "default", ""),  # a namespace it does not serve
+            ("update", "leases", release_ns, "coordination.k8s.io"),  # only its own Lease
+        ]:
+            assert not allowed(auth, sa, verb, resource, ns, group), (verb, resource, ns)
+
+        # helm upgrade: a changed value rolls out, and the new pod is ready.
+        run(
+            [helm, "upgrade", RELEASE, str(CHART), *base, "--reuse-values"]
+            + ["--set", "extraArgs={--workers=2}", "--wait", "--timeout", "120s"]
+        )
+        apps = client.AppsV1Api(kube)
+        dep = apps.read_namespaced_deployment(FULLNAME, release_ns)
+        assert "--workers=2" in dep.spec.template.spec.containers[0].args
+        new_pods = wait_for(
+            "the upgraded operator pod",
+            lambda: [
+                p
+                for p in operator_pods(core, release_ns, INSTANCE)
+                if "--workers=2" in p.spec.containers[0].args and ready(p)
+            ],
+            timeout=120,
+        )
+        assert len(new_pods) == 1
+    finally:
+        manifest = subprocess.run(
+            [helm, "get", "manifest", RELEASE, *base], capture_output=True, text=True
+        ).stdout
+        subprocess.run(
+            [helm, "uninstall", RELEASE, *base, "--wait", "--timeout", "120s"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    # helm uninstall leaves nothing of the release behind but the CRD.
+    installed = [d for d in yaml.safe_load_all(manifest) if d]
+    assert {d["kind"] for d in installed} >= {"Deployment", "ClusterRole", "Role", "Service"}
+    rbac = client.RbacAuthorizationV1Api(kube)
+    apps = client.AppsV1Api(kube)
+
+    def leftovers() -> list[str]:
+        found = [f"ClusterRole/{r.metadata.name}" for r in rbac.list_cluster_role(
+            label_selector=INSTANCE).items]
+        found += [f"ClusterRoleBinding/{r.metadata.name}" for r in rbac.list_cluster_role_binding(
+            label_selector=INSTANCE).items]
+        for ns in (namespace, release_ns):
+            found += [f"Role/{ns}/{r.metadata.name}" for r in rbac.list_namespaced_role(
+                ns, label_selector=INSTANCE).items]
+            found += [f"RoleBinding/{ns}/{r.metadata.name}" for r in rbac.list_namespaced_role_binding(
+                ns, label_selector=INSTANCE).items]
+        found += [f"Deployment/{d.metadata.name}" for d in apps.list_namespaced_deployment(
+            release_ns, label_selector=INSTANCE).items]
+        found += [f"ReplicaSet/{d.metadata.name}" for d in apps.list_namespaced_replica_set(
+            release_ns, label_selector=INSTANCE).items]
+        found += [f"Pod/{p.metadata.name}" for p in core.list_namespaced_pod(
+            release_ns, label_selector=INSTANCE).items]
+        found += [f"Service/{s.metadata.name}" for s in core.list_namespaced_service(
+            release_ns, label_selector=INSTANCE).items]
+        found += [f"ServiceAccount/{s.metadata.name}" for s in core.list_namespaced_service_account(
+            release_ns, label_selector=INSTANCE).items]
+        return found
+
+    try:
+        wait_for("nothing of the release left", lambda: not leftovers(), timeout=90)
+    except AssertionError:
+        raise AssertionError(f"helm uninstall left {leftovers()}") from None
+    ext = client.ApiextensionsV1Api(kube)
+    assert ext.read_custom_resource_definition(CRD_NAME).metadata.name == CRD_NAME
+    core.delete_namespace(release_ns)
+
+
+def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
+    cluster: Any, kube: client.ApiClient, namespace: str, sole_operator: None
+) -> None:
+    kubectl = kubectl_bin()
+    k = [kubectl, "--kubeconfig", str(cluster.kubeconfig)]
+    docs = [d for d in yaml.safe_load_all(INSTALL.read_text()) if d]
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    ns, name = dep["metadata"]["namespace"], dep["metadata"]["name"]
+    core = client.CoreV1Api(kube)
+    apps = client.AppsV1Api(kube)
+    selector = ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
+    try:
+        run([*k, "apply", "--server-side", "-f", str(INSTALL)])
+        # The process node runs no image entrypoint: run this checkout instead (module doc).
+        patch = [
+            {"op": "replace", "path": "/spec/template/spec/containers/0/command",
+             "value": SOURCE_COMMAND},
+            {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
+             "value": SOURCE_ENV[0]},
+        ]
+        run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
+        run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
+        (pod,) = operator_pods(core, ns, selector)
+        assert ready(pod)
+        run_cpu_example(kube, namespace)
+        log = pod_log(cluster, ns, pod.metadata.name)
+        assert log and "forbidden" not in log.lower(), log[-4000:]
+    finally:
+        deleted = subprocess.run(
+            [*k, "delete", "-f", str(INSTALL), "--ignore-not-found", "--wait", "--timeout=120s"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        # The manifest carries the CRD: deleting it deletes the CRD, which the session's
+        # other tests need. Put it back.
+        install_crd(kube)
+    assert deleted.returncode == 0, deleted.stderr
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+            return False
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        rbac = client.RbacAuthorizationV1Api(kube)
+        roles = rbac.list_cluster_role(field_selector=f"metadata.name={name}").items
+        bindings = rbac.list_cluster_role_binding(field_selector=f"metadata.name={name}").items
+        return not roles and not bindings and not apps.list_deployment_for_all_namespaces(
+            label_selector=selector).items
+
+    wait_for(f"namespace {ns} and the cluster roles to be deleted", gone, timeout=120)

@@ -1,0 +1,445 @@
+"""Failures and gang restarts on the real local cluster, with real torchrun.
+
+A worker killed by SIGKILL, a pod deleted by someone else and a lost node are infrastructure
+failures: the operator deletes the whole gang and starts a new attempt, which resumes from the
+checkpoint on a hostPath volume and ends with bit-identical weights to an uninterrupted run.
+A rank that exits 1 fails the job at once; an exit code listed as retryable restarts it; the
+restart budget, counted in the job's status, survives an operator restart.
+
+The training processes are found from the host: the node writes each container's host PID to
+`<node state>/pods/<ns>_<pod>_<uid>/run/<container>/pid.json`, and the workers are that
+launcher's descendants whose environment carries RANK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtj import REPO, apply, get_job, job_pods, wait_for, wait_phase
+from kubernetes import client
+
+pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+
+SCRIPT = REPO / "examples" / "scripts" / "train_ddp.py"
+IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
+# Small and slow enough to interrupt: 256 samples / (2 ranks x 16) = 8 steps an epoch.
+TRAIN_ARGS = ["--samples", "256", "--batch-size", "16", "--seed", "7"]
+FAST_EVICTION = [
+    {
+        "key": f"node.kubernetes.io/{k}",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 2,
+    }
+    for k in ("not-ready", "unreachable")
+]
+
+
+# ---- building jobs ------------------------------------------------------------------------
+
+
+def script_configmap(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-script"},
+        "data": {"train_ddp.py": SCRIPT.read_text()},
+    }
+
+
+def job_doc(
+    name: str,
+    command: list[str],
+    *,
+    nodes: int = 2,
+    nproc: int = 1,
+    ckpt_dir: Path | None = None,
+    failure_policy: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A small CPU job; the script ConfigMap is at /workspace, `ckpt_dir` (a host directory)
+    at /checkpoints."""
+    mounts: list[dict[str, Any]] = [{"name": "script", "mountPath": "/workspace"}]
+    volumes: list[dict[str, Any]] = [{"name": "script", "configMap": {"name": f"{name}-script"}}]
+    if ckpt_dir is not None:
+        mounts.append({"name": "checkpoints", "mountPath": "/checkpoints"})
+        volumes.append(
+            {"name": "checkpoints", "hostPath": {"path": str(ckpt_dir), "type": "DirectoryOrCreate"}}
+        )
+    return {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "nodes": nodes,
+            "nprocPerNode": nproc,
+            "rendezvous": {"joinTimeoutSeconds": 90},
+            "failurePolicy": failure_policy or {"maxRestarts": 2, "backoffSeconds": 1},
+            **spec,
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "tolerations": FAST_EVICTION,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": IMAGE,
+                            "command": command,
+                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+                            "volumeMounts": mounts,
+                        }
+                    ],
+                    "volumes": volumes,
+                }
+            },
+        },
+    }
+
+
+def train_command(epochs: int, step_sleep: float) -> list[str]:
+    return [
+        "python",
+        "/workspace/train_ddp.py",
+        "--epochs",
+        str(epochs),
+        "--checkpoint-dir",
+        "/checkpoints",
+        "--step-sleep",
+        str(step_sleep),
+        *TRAIN_ARGS,
+    ]
+
+
+# ---- the host's view of pods --------------------------------------------------------------
+
+
+def node_state(cluster: Any) -> Path:
+    return Path(cluster.layout.node_state)
+
+
+def pod_log(cluster: Any, ns: str, pod: str) -> str:
+    path = node_state(cluster) / "logs" / ns / pod / "trainer.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def launcher_pid(cluster: Any, ns: str, pod: Any) -> int | None:
+    """Host PID of the trainer container's PID 1 (the launcher, torchrun's agent)."""
+    run = node_state(cluster) / "pods" / f"{ns}_{pod.metadata.name}_{pod.metadata.uid}" / "run"
+    try:
+        return int(json.loads((run / "trainer" / "pid.json").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Kernel start time of `pid` (telling a process from a later one with a reused PID)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _children() -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out.setdefault(ppid, []).append(int(entry))
+    return out
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def worker_pids(root: int) -> dict[int, int]:
+    """Global rank -> host PID of the torchrun workers under launcher `root`."""
+    tree = _children()
+    found: dict[int, int] = {}
+    todo = list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        env = _environ(pid)
+        if "RANK" in env and "LOCAL_RANK" in env:
+            found[int(env["RANK"])] = pid
+        else:
+            todo.extend(tree.get(pid, []))
+    return found
+
+
+def pod_by_index(kube: client.ApiClient, ns: str, job: str, index: int) -> Any:
+    pods = [
+        p
+        for p in job_pods(kube, ns, job)
+        if p.metadata.labels.get("torchrun.dev/node-rank") == str(index)
+        and not p.metadata.deletion_timestamp
+    ]
+    assert len(pods) == 1, [p.metadata.name for p in pods]
+    return pods[0]
+
+
+def wait_training(
+    cluster: Any, kube: client.ApiClient, ns: str, job: str, index: int, ckpt: Path
+) -> tuple[Any, dict[int, int]]:
+    """Once a checkpoint exists and pod `index` runs workers: the pod and its workers."""
+
+    def ready() -> tuple[Any, dict[int, int]] | None:
+        if not (ckpt / "checkpoint.pt").exists():
+            return None
+        pod = pod_by_index(kube, ns, job, index)
+        root = launcher_pid(cluster, ns, pod)
+        workers = worker_pids(root) if root else {}
+        return (pod, workers) if workers else None
+
+    result: tuple[Any, dict[int, int]] = wait_for(
+        f"{job}: a checkpoint and workers in pod {index}", ready, timeout=120
+    )
+    return result
+
+
+def rank_zero_pod(status: dict[str, Any]) -> str:
+    for r in status["ranks"]:
+        lo = (r.get("globalRanks") or "").split(",")[0].split("-")[0]
+        if lo == "0":
+            return str(r["pod"])
+    raise AssertionError(f"no pod holds global rank 0: {status['ranks']}")
+
+
+def final_checksum(text: str) -> str:
+    found = re.findall(r"final checksum: (\w+)", text)
+    assert found, f"no final checksum in:\n{text[-3000:]}"
+    return found[-1]
+
+
+@pytest.fixture(scope="module")
+def reference_checksum(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same training, uninterrupted: 2 workers under torchrun on the host."""
+    ckpt = tmp_path_factory.mktemp("reference-ckpt")
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        "--epochs",
+        str(EPOCHS),
+        "--checkpoint-dir",
+        str(ckpt),
+        *TRAIN_ARGS,
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return final_checksum(done.stdout)
+
+
+EPOCHS = 8
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "ckpt"
+    d.mkdir()
+    yield d
+
+
+# ---- infrastructure failures: one gang restart, resumed, same weights -----------------------
+
+
+def assert_one_restart_and_resumed(
+    cluster: Any,
+    kube: client.ApiClient,
+    ns: str,
+    name: str,
+    reference: str,
+    *,
+    node_rank: int,
+    rank: int | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, timeout=240)
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["attempt"] == 1, status
+    assert status["counters"]["restarts"] == 1, status["counters"]
+    assert status["counters"]["userFailures"] == 0, status["counters"]
+    [record] = status["restarts"]
+    assert record["attempt"] == 1 and record["kind"] == "infrastructure", record
+    assert record["nodeRank"] == node_rank, record
+    if rank is not None:
+        assert record["rank"] == rank, record
+    if reason is not None:
+        assert record["reason"] == reason, record
+    # Every pod of the finished attempt is a new one (pod names carry the attempt).
+    assert all(r["pod"].endswith("-a1") for r in status["ranks"]), status["ranks"]
+    log = pod_log(cluster, ns, rank_zero_pod(status))
+    assert "resumed from /checkpoints/checkpoint.pt" in log, log[-3000:]
+    assert final_checksum(log) == reference
+    return status
+
+
+def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+) -> None:
+    name = "killed-worker"
+    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt_dir=ckpt)
+    apply(kube, namespace, [script_configmap(name), doc])
+    pod, workers = wait_training(cluster, kube, namespace, name, 1, ckpt)
+    [(rank, pid)] = workers.items()
+    os.kill(pid, signal.SIGKILL)
+    status = assert_one_restart_and_resumed(
+        cluster, kube, namespace, name, reference_checksum, node_rank=1, rank=rank, reason="Signal"
+    )
+    assert status["failure"]["rank"] == rank and status["failure"]["kind"] == "signal", status
+
+
+def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+) -> None:
+    name = "deleted-pod"
+    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt_dir=ckpt)
+    apply(kube, namespace, [script_configmap(name), doc])
+    pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
+    client.CoreV1Api(kube).delete_namespaced_pod(pod.metadata.name, namespace)
+    assert_one_restart_and_resumed(
+        cluster, kube, namespace, name, reference_checksum, node_rank=1, reason="PodDeleted"
+    )
+
+
+def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+) -> None:
+    name = "lost-node"
+    # Long enough to outlast the node monitor's grace period (20 s) before the eviction.
+    doc = job_doc(name, train_command(EPOCHS, 1.0), ckpt_dir=ckpt)
+    apply(kube, namespace, [script_configmap(name), doc])
+    pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
+    node = pod.spec.node_name
+    other = pod_by_index(kube, namespace, name, 0).spec.node_name
+    assert node != other, "both pods on one node: losing it would not be losing one rank"
+    pause = node_state(cluster) / node / "pause-heartbeat"
+    core = client.CoreV1Api(kube)
+    pause.touch()
+    try:
+        status = assert_one_restart_and_resumed(
+            cluster, kube, namespace, name, reference_checksum, node_rank=1
+        )
+        # The new gang ran on the node that still answered.
+        assert {r["node"] for r in status["ranks"]} == {other}, status["ranks"]
+    finally:
+        pause.unlink()
+
+        def healthy() -> bool:
+            n = core.read_node(node)
+            ready = next(c.status for c in n.status.conditions if c.type == "Ready")
+            taints = [t.key for t in n.spec.taints or []]
+            return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)
+
+        wait_for(f"{node} Ready again", healthy, timeout=60, interval=1)
+
+
+# ---- exit codes and the budget ------------------------------------------------------------
+
+
+def exit_command(code: int, once_marker: str | None = None) -> list[str]:
+    """Global rank 1 exits `code` (only the first time, if `once_marker` is a path); others
+    exit 0."""
+    body = (
+        "import os, sys\n"
+        "if os.environ['RANK'] != '1':\n"
+        "    sys.exit(0)\n"
+        f"marker = {once_marker!r}\n"
+        "if marker and os.path.exists(marker):\n"
+        "    sys.exit(0)\n"
+        "if marker:\n"
+        "    open(marker, 'w').close()\n"
+        f"print('rank 1 exits {code}', flush=True)\n"
+        f"sys.exit({code})\n"
+    )
+    return ["python", "-c", body]
+
+
+def test_rank_exiting_1_fails_the_job_without_restart(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    name = "exits-one"
+    apply(kube, namespace, [script_configmap(name), job_doc(name, exit_command(1))])
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=120)
+    status = done["status"]
+    assert status["phase"] == "Failed", status
+    assert status["attempt"] == 0 and not status.get("restarts"), status
+    assert status["counters"] == {"userFailures": 1, "infrastructureFailures": 0, "restarts": 0}
+    assert status["failure"]["rank"] == 1 and status["failure"]["exitCode"] == 1, status
+
+
+def test_retryable_exit_code_restarts_the_gang(
+    kube: client.ApiClient, namespace: str, ckpt: Path
+) -> None:
+    name = "exits-retryable"
+    policy = {"maxRestarts": 2, "backoffSeconds": 1, "retryableExitCodes": [42]}
+    # The marker lives on the host (a hostPath): it outlives the failed attempt's pods.
+    command = exit_command(42, "/checkpoints/failed-once")
+    doc = job_doc(name, command, ckpt_dir=ckpt, failure_policy=policy)
+    apply(kube, namespace, [script_configmap(name), doc])
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=150)
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert (ckpt / "failed-once").exists()
+    assert status["attempt"] == 1, status
+    [record] = status["restarts"]
+    assert record["rank"] == 1 and record["kind"] == "infrastructure", record
+    assert status["counters"]["restarts"] == 1
+
+
+def test_restart_budget_runs_out_across_an_operator_restart(
+    kube: client.ApiClient, namespace: str, operator: Any
+) -> None:
+    name = "budget"
+    policy = {"maxRestarts": 2, "backoffSeconds": 1, "retryableExitCodes": [42]}
+    apply(
+        kube,
+        namespace,
+        [script_configmap(name), job_doc(name, exit_command(42), failure_policy=policy)],
+    )
+    wait_for(
+        "the first gang restart",
+        lambda: (get_job(kube, namespace, name).get("status") or {}).get("attempt") == 1,
+        timeout=120,
+    )
+    operator.kill()
+    operator.start()
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
+    status = done["status"]
+    assert status["phase"] == "Failed", status
+    # Had the restarted operator forgotten the first restart, a fourth attempt would run.
+    assert status["attempt"] == 2, status
+    assert status["counters"]["restarts"] == 2, status["counters"]
+    assert [r["attempt"] for r in status["restarts"]] == [1, 2]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartBudgetExhausted", failed
+    assert "maxRestarts (2) spent" in failed["message"], failed
+    assert status["failure"]["exitCode"] == 42
