@@ -167,7 +167,9 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
         auth = client.AuthorizationV1Api(kube)
         sa = f"system:serviceaccount:{release_ns}:{FULLNAME}"
         assert allowed(auth, sa, "create", "pods", namespace)
-        assert allowed(auth, sa, "patch", "distributedtrainingjobs/status", namespace, "torchrun.dev")
+        assert allowed(
+            auth, sa, "patch", "distributedtrainingjobs/status", namespace, "torchrun.dev"
+        )
         for verb, resource, ns, group in [
             ("get", "secrets", namespace, ""),
             ("list", "secrets", release_ns, ""),
@@ -215,25 +217,43 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
     apps = client.AppsV1Api(kube)
 
     def leftovers() -> list[str]:
-        found = [f"ClusterRole/{r.metadata.name}" for r in rbac.list_cluster_role(
-            label_selector=INSTANCE).items]
-        found += [f"ClusterRoleBinding/{r.metadata.name}" for r in rbac.list_cluster_role_binding(
-            label_selector=INSTANCE).items]
+        found = [
+            f"ClusterRole/{r.metadata.name}"
+            for r in rbac.list_cluster_role(label_selector=INSTANCE).items
+        ]
+        found += [
+            f"ClusterRoleBinding/{r.metadata.name}"
+            for r in rbac.list_cluster_role_binding(label_selector=INSTANCE).items
+        ]
         for ns in (namespace, release_ns):
-            found += [f"Role/{ns}/{r.metadata.name}" for r in rbac.list_namespaced_role(
-                ns, label_selector=INSTANCE).items]
-            found += [f"RoleBinding/{ns}/{r.metadata.name}" for r in rbac.list_namespaced_role_binding(
-                ns, label_selector=INSTANCE).items]
-        found += [f"Deployment/{d.metadata.name}" for d in apps.list_namespaced_deployment(
-            release_ns, label_selector=INSTANCE).items]
-        found += [f"ReplicaSet/{d.metadata.name}" for d in apps.list_namespaced_replica_set(
-            release_ns, label_selector=INSTANCE).items]
-        found += [f"Pod/{p.metadata.name}" for p in core.list_namespaced_pod(
-            release_ns, label_selector=INSTANCE).items]
-        found += [f"Service/{s.metadata.name}" for s in core.list_namespaced_service(
-            release_ns, label_selector=INSTANCE).items]
-        found += [f"ServiceAccount/{s.metadata.name}" for s in core.list_namespaced_service_account(
-            release_ns, label_selector=INSTANCE).items]
+            found += [
+                f"Role/{ns}/{r.metadata.name}"
+                for r in rbac.list_namespaced_role(ns, label_selector=INSTANCE).items
+            ]
+            found += [
+                f"RoleBinding/{ns}/{r.metadata.name}"
+                for r in rbac.list_namespaced_role_binding(ns, label_selector=INSTANCE).items
+            ]
+        found += [
+            f"Deployment/{d.metadata.name}"
+            for d in apps.list_namespaced_deployment(release_ns, label_selector=INSTANCE).items
+        ]
+        found += [
+            f"ReplicaSet/{d.metadata.name}"
+            for d in apps.list_namespaced_replica_set(release_ns, label_selector=INSTANCE).items
+        ]
+        found += [
+            f"Pod/{p.metadata.name}"
+            for p in core.list_namespaced_pod(release_ns, label_selector=INSTANCE).items
+        ]
+        found += [
+            f"Service/{s.metadata.name}"
+            for s in core.list_namespaced_service(release_ns, label_selector=INSTANCE).items
+        ]
+        found += [
+            f"ServiceAccount/{s.metadata.name}"
+            for s in core.list_namespaced_service_account(release_ns, label_selector=INSTANCE).items
+        ]
         return found
 
     try:
@@ -260,10 +280,12 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
         run([*k, "apply", "--server-side", "-f", str(INSTALL)])
         # The process node runs no image entrypoint: run this checkout instead (module doc).
         patch = [
-            {"op": "replace", "path": "/spec/template/spec/containers/0/command",
-             "value": SOURCE_COMMAND},
-            {"op": "add", "path": "/spec/template/spec/containers/0/env/-",
-             "value": SOURCE_ENV[0]},
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/command",
+                "value": SOURCE_COMMAND,
+            },
+            {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": SOURCE_ENV[0]},
         ]
         run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
         run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
@@ -294,7 +316,10 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
         rbac = client.RbacAuthorizationV1Api(kube)
         roles = rbac.list_cluster_role(field_selector=f"metadata.name={name}").items
         bindings = rbac.list_cluster_role_binding(field_selector=f"metadata.name={name}").items
-        return not roles and not bindings and not apps.list_deployment_for_all_namespaces(
-            label_selector=selector).items
+        return (
+            not roles
+            and not bindings
+            and not apps.list_deployment_for_all_namespaces(label_selector=selector).items
+        )
 
     wait_for(f"namespace {ns} and the cluster roles to be deleted", gone, timeout=120)

@@ -189,7 +189,6 @@ def test_pods_carry_the_labels_and_contract(kube: client.ApiClient, namespace: s
         shm = [v for v in pod.spec.volumes if v.empty_dir and v.empty_dir.medium == "Memory"]
         assert shm, "no memory-backed /dev/shm"
         args = pod.spec.containers[0].args
-        assert f"--rdzv-id={created['metadata']['uid']}-0" in args or (
-            f"{created['metadata']['uid']}-0" in args
-        )
+        assert args[args.index("--rdzv-id") + 1] == f"{created['metadata']['uid']}-0"
+        assert args[args.index("--rdzv-endpoint") + 1] == "contract-0.contract:29400"
     wait_phase(kube, namespace, "contract", {"Succeeded", "Failed"})

@@ -73,7 +73,10 @@ def job_doc(
     if ckpt_dir is not None:
         mounts.append({"name": "checkpoints", "mountPath": "/checkpoints"})
         volumes.append(
-            {"name": "checkpoints", "hostPath": {"path": str(ckpt_dir), "type": "DirectoryOrCreate"}}
+            {
+                "name": "checkpoints",
+                "hostPath": {"path": str(ckpt_dir), "type": "DirectoryOrCreate"},
+            }
         )
     return {
         "apiVersion": "torchrun.dev/v1alpha1",
