@@ -13,8 +13,9 @@ ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
-WHAT=${*:-core}   # core: control plane + coredns + helm; all: also kwok
+WHAT=${*:-core}   # core: control plane + coredns + helm; all: also kwok and training-operator
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
 BIN="$CACHE/bin/$key"
@@ -88,5 +89,13 @@ gobin_install coredns "github.com/coredns/coredns@$COREDNS_VERSION"
 gobin_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 if [ "$WHAT" = all ]; then
   gobin_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  # Kubeflow's training-operator (the benchmarks' comparison). Its go.mod has no replace
+  # directives, so `go install` builds it in its own module with its own pins (k8s 0.31).
+  # The binary's name carries the version; its CRDs stay in the module cache (bench/scale).
+  if ! have "training-operator-$TRAINING_OPERATOR_VERSION"; then
+    gobin_install training-operator.v1 \
+      "github.com/kubeflow/training-operator/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
+    mv "$BIN/training-operator.v1" "$BIN/training-operator-$TRAINING_OPERATOR_VERSION"
+  fi
 fi
 echo "$BIN"

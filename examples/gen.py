@@ -28,8 +28,9 @@ class Example:
     job_spec: str  # YAML of the job's spec, indented two spaces (under `spec:`)
 
 
-def _cpu_spec(name: str, args: str, failure_policy: str, extra_mounts: str = "",
-              extra_volumes: str = "") -> str:
+def _cpu_spec(
+    name: str, args: str, failure_policy: str, extra_mounts: str = "", extra_volumes: str = ""
+) -> str:
     return f"""\
   nodes: 2
   nprocPerNode: 2

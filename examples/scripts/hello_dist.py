@@ -20,8 +20,11 @@ def main() -> None:
     dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    print(f"rank {rank}/{world} local_rank {local_rank} group_rank "
-          f"{os.environ.get('GROUP_RANK')} on {socket.gethostname()}", flush=True)
+    print(
+        f"rank {rank}/{world} local_rank {local_rank} group_rank "
+        f"{os.environ.get('GROUP_RANK')} on {socket.gethostname()}",
+        flush=True,
+    )
     t = torch.tensor([float(rank)], device=device)
     dist.all_reduce(t)
     expected = world * (world - 1) / 2

@@ -35,8 +35,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--checkpoint-dir", default="", help="volume path; empty: no checkpoints")
-    p.add_argument("--stop-after-epoch", type=int, default=0,
-                   help="exit 0 after saving this epoch (simulates preemption; for tests)")
+    p.add_argument(
+        "--stop-after-epoch",
+        type=int,
+        default=0,
+        help="exit 0 after saving this epoch (simulates preemption; for tests)",
+    )
     p.add_argument("--fail-rank", type=int, default=-1)
     p.add_argument("--fail-after-step", type=int, default=1)
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (demos)")
@@ -108,12 +112,16 @@ def main() -> None:
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     data = synthetic_dataset(args.samples, args.seed)
     sampler: DistributedSampler[tuple[torch.Tensor, ...]] = DistributedSampler(
-        data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True)
+        data, num_replicas=world, rank=rank, shuffle=True, seed=args.seed, drop_last=True
+    )
     loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
     loss_fn = nn.MSELoss()
     if rank == 0:
-        print(f"training: world_size={world} backend={backend} epochs={args.epochs} "
-              f"start_epoch={start_epoch}", flush=True)
+        print(
+            f"training: world_size={world} backend={backend} epochs={args.epochs} "
+            f"start_epoch={start_epoch}",
+            flush=True,
+        )
 
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # a different, but reproducible, shuffle every epoch
@@ -137,8 +145,15 @@ def main() -> None:
             if ckpt_path:
                 os.makedirs(args.checkpoint_dir, exist_ok=True)
                 tmp = ckpt_path + ".tmp"
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                            "epoch": epoch, "step": step}, tmp)
+                torch.save(
+                    {
+                        "model": model.state_dict(),
+                        "optimizer": opt.state_dict(),
+                        "epoch": epoch,
+                        "step": step,
+                    },
+                    tmp,
+                )
                 os.replace(tmp, ckpt_path)  # a crash mid-save never leaves a torn checkpoint
         dist.barrier()  # nobody races ahead of (or exits before) rank 0's checkpoint
         if args.stop_after_epoch and epoch + 1 >= args.stop_after_epoch:

@@ -28,16 +28,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m localkube.node", description=__doc__)
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--state-dir", required=True, type=Path)
-    p.add_argument("--nodes-json", required=True,
-                   help='[{"name":"node-0","cpu":"8","memory":"32Gi","gpus":0,...}]')
+    p.add_argument(
+        "--nodes-json",
+        required=True,
+        help='[{"name":"node-0","cpu":"8","memory":"32Gi","gpus":0,...}]',
+    )
     p.add_argument("--dns-ip", required=True)
     p.add_argument("--pod-cidr-base", required=True, type=int)
     p.add_argument("--api-host", required=True)
     p.add_argument("--api-port", required=True, type=int)
     p.add_argument("--ca-file", required=True)
     p.add_argument("--bridge", required=True)
-    p.add_argument("--backoff-base", type=float, default=10.0,
-                   help="first restart back-off in seconds (doubles, capped)")
+    p.add_argument(
+        "--backoff-base",
+        type=float,
+        default=10.0,
+        help="first restart back-off in seconds (doubles, capped)",
+    )
     p.add_argument("--backoff-cap", type=float, default=300.0)
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -45,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level,
-                        format="%(asctime)s %(levelname)s %(threadName)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(threadName)s %(message)s"
+    )
     state_dir: Path = args.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -64,10 +72,20 @@ def main(argv: list[str] | None = None) -> int:
     for a in agents:
         a.register()
         a.thread.start()
-    ctx = NodeContext(api=api, state_dir=state_dir, bridge=args.bridge, base=args.pod_cidr_base,
-                      dns_ip=args.dns_ip, api_host=args.api_host, api_port=args.api_port,
-                      backoff_base=args.backoff_base, backoff_cap=args.backoff_cap,
-                      created=created, stop=stop, ipam=Ipam(args.pod_cidr_base))
+    ctx = NodeContext(
+        api=api,
+        state_dir=state_dir,
+        bridge=args.bridge,
+        base=args.pod_cidr_base,
+        dns_ip=args.dns_ip,
+        api_host=args.api_host,
+        api_port=args.api_port,
+        backoff_base=args.backoff_base,
+        backoff_cap=args.backoff_cap,
+        created=created,
+        stop=stop,
+        ipam=Ipam(args.pod_cidr_base),
+    )
     manager = PodManager(ctx, nodes)
     manager.start()
     log.info("nodes %s registered; running pods", [n.name for n in nodes])

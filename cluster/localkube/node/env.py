@@ -124,9 +124,7 @@ def object_data(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
         data.update(obj.get("stringData") or {})
         return data
     data = dict(obj.get("data") or {})
-    data.update(
-        {k: base64.b64decode(v).decode() for k, v in (obj.get("binaryData") or {}).items()}
-    )
+    data.update({k: base64.b64decode(v).decode() for k, v in (obj.get("binaryData") or {}).items()})
     return data
 
 
@@ -139,7 +137,7 @@ def _key_ref(lookup: Lookup, kind: str, namespace: str, ref: Mapping[str, Any]) 
     if key not in data:
         if optional:
             return None
-        raise ConfigError(f'couldn\'t find key {key} in {kind} {namespace}/{ref.get("name")}')
+        raise ConfigError(f"couldn't find key {key} in {kind} {namespace}/{ref.get('name')}")
     return data[key]
 
 

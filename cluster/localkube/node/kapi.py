@@ -32,8 +32,13 @@ def status_of(e: BaseException) -> int | None:
     return e.status if isinstance(e, ApiException) else None
 
 
-def retry(fn: Callable[[], T], what: str, attempts: int = 6, stop: Callable[[], bool] | None = None,
-          ok_statuses: tuple[int, ...] = ()) -> T | None:
+def retry(
+    fn: Callable[[], T],
+    what: str,
+    attempts: int = 6,
+    stop: Callable[[], bool] | None = None,
+    ok_statuses: tuple[int, ...] = (),
+) -> T | None:
     """Retry transient failures with exponential back-off; 4xx other than 409/429 are final.
     Returns None when the call failed with a status in `ok_statuses` (e.g. 404 after delete)."""
     delay = 0.2

@@ -38,14 +38,17 @@ class NodeConfig:
     @staticmethod
     def from_json(index: int, d: Mapping[str, Any]) -> NodeConfig:
         return NodeConfig(
-            name=d["name"], index=index, cpu=str(d.get("cpu", "8")),
-            memory=str(d.get("memory", "32Gi")), gpus=int(d.get("gpus", 0)),
-            labels=dict(d.get("labels") or {}), taints=list(d.get("taints") or []),
+            name=d["name"],
+            index=index,
+            cpu=str(d.get("cpu", "8")),
+            memory=str(d.get("memory", "32Gi")),
+            gpus=int(d.get("gpus", 0)),
+            labels=dict(d.get("labels") or {}),
+            taints=list(d.get("taints") or []),
         )
 
     def capacity(self) -> dict[str, str]:
-        cap = {"cpu": self.cpu, "memory": self.memory, "pods": "110",
-               "ephemeral-storage": "100Gi"}
+        cap = {"cpu": self.cpu, "memory": self.memory, "pods": "110", "ephemeral-storage": "100Gi"}
         if self.gpus > 0:
             cap["nvidia.com/gpu"] = str(self.gpus)
         return cap
@@ -60,39 +63,69 @@ def now_micro() -> str:
 
 
 def node_object(cfg: NodeConfig) -> dict[str, Any]:
-    labels = {"kubernetes.io/hostname": cfg.name, "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64", "beta.kubernetes.io/os": "linux",
-              "beta.kubernetes.io/arch": "amd64", **cfg.labels}
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": cfg.name, "labels": labels},
-            "spec": {"taints": [dict(t) for t in cfg.taints]} if cfg.taints else {}}
+    labels = {
+        "kubernetes.io/hostname": cfg.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        **cfg.labels,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": cfg.name, "labels": labels},
+        "spec": {"taints": [dict(t) for t in cfg.taints]} if cfg.taints else {},
+    }
 
 
 def node_status(cfg: NodeConfig, internal_ip: str, now: str, started: str) -> dict[str, Any]:
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
-        return {"type": ctype, "status": status, "reason": reason, "message": message,
-                "lastHeartbeatTime": now, "lastTransitionTime": started}
+        return {
+            "type": ctype,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": started,
+        }
 
     return {
         "capacity": cfg.capacity(),
         "allocatable": cfg.capacity(),
         "conditions": [
-            cond("MemoryPressure", "False", "KubeletHasSufficientMemory",
-                 "kubelet has sufficient memory available"),
-            cond("DiskPressure", "False", "KubeletHasNoDiskPressure",
-                 "kubelet has no disk pressure"),
-            cond("PIDPressure", "False", "KubeletHasSufficientPID",
-                 "kubelet has sufficient PID available"),
+            cond(
+                "MemoryPressure",
+                "False",
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            cond(
+                "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"
+            ),
+            cond(
+                "PIDPressure",
+                "False",
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
             cond("Ready", "True", "KubeletReady", "localkube process node is posting ready status"),
         ],
-        "addresses": [{"type": "InternalIP", "address": internal_ip},
-                      {"type": "Hostname", "address": cfg.name}],
+        "addresses": [
+            {"type": "InternalIP", "address": internal_ip},
+            {"type": "Hostname", "address": cfg.name},
+        ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
         "nodeInfo": {
-            "kubeletVersion": KUBELET_VERSION, "kubeProxyVersion": KUBELET_VERSION,
-            "operatingSystem": "linux", "architecture": "amd64",
-            "containerRuntimeVersion": "localkube://0.1", "osImage": "localkube process node",
-            "kernelVersion": "", "machineID": cfg.name, "systemUUID": cfg.name,
+            "kubeletVersion": KUBELET_VERSION,
+            "kubeProxyVersion": KUBELET_VERSION,
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+            "containerRuntimeVersion": "localkube://0.1",
+            "osImage": "localkube process node",
+            "kernelVersion": "",
+            "machineID": cfg.name,
+            "systemUUID": cfg.name,
             "bootID": started,
         },
     }
@@ -101,8 +134,14 @@ def node_status(cfg: NodeConfig, internal_ip: str, now: str, started: str) -> di
 class NodeAgent:
     """Registers one Node and keeps its Lease and heartbeat fresh in a thread."""
 
-    def __init__(self, api: client.ApiClient, cfg: NodeConfig, internal_ip: str,
-                 state_dir: Path, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cfg: NodeConfig,
+        internal_ip: str,
+        state_dir: Path,
+        stop: threading.Event,
+    ) -> None:
         self.core = client.CoreV1Api(api)
         self.coord = client.CoordinationV1Api(api)
         self.cfg, self.ip, self.stop = cfg, internal_ip, stop
@@ -124,30 +163,45 @@ class NodeAgent:
             if e.status != 409:
                 raise
             patch = {"metadata": {"labels": body["metadata"]["labels"]}}
-            node = kapi.raw(self.core.patch_node, self.cfg.name, patch,
-                            _content_type=kapi.MERGE_PATCH)
+            node = kapi.raw(
+                self.core.patch_node, self.cfg.name, patch, _content_type=kapi.MERGE_PATCH
+            )
         self.node_uid = node["metadata"]["uid"]
         self.heartbeat()
 
     def heartbeat(self) -> None:
         status = node_status(self.cfg, self.ip, now_rfc3339(), self.started)
-        kapi.retry(lambda: self.core.patch_node_status(
-            self.cfg.name, {"status": status}, _content_type=kapi.MERGE_PATCH),
-            f"node {self.cfg.name} status", stop=self.stop.is_set)
+        kapi.retry(
+            lambda: self.core.patch_node_status(
+                self.cfg.name, {"status": status}, _content_type=kapi.MERGE_PATCH
+            ),
+            f"node {self.cfg.name} status",
+            stop=self.stop.is_set,
+        )
         self.renew_lease()
 
     def renew_lease(self) -> None:
         name, ns = self.cfg.name, "kube-node-lease"
         lease = {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": ns, "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Node", "name": name, "uid": self.node_uid}]},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": LEASE_SECONDS,
-                     "renewTime": now_micro()},
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": name, "uid": self.node_uid}
+                ],
+            },
+            "spec": {
+                "holderIdentity": name,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "renewTime": now_micro(),
+            },
         }
         try:
-            self.coord.patch_namespaced_lease(name, ns, {"spec": lease["spec"]},
-                                              _content_type=kapi.MERGE_PATCH)
+            self.coord.patch_namespaced_lease(
+                name, ns, {"spec": lease["spec"]}, _content_type=kapi.MERGE_PATCH
+            )
         except ApiException as e:
             if e.status != 404:
                 raise

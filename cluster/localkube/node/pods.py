@@ -124,29 +124,48 @@ class ContainerRun:
 
     def observed(self) -> status.Observed:
         ready = self.state == "running" and (
-            self.readiness is None or self.readiness.healthy is True)
+            self.readiness is None or self.readiness.healthy is True
+        )
         cid = f"localkube://{self.proc.proc.pid}" if self.proc else None
         return status.Observed(
-            name=self.name, image=self.image, state=self.state, reason=self.reason,
-            message=self.message, exit_code=self.exit_code, signal=self.signal,
-            started_at=self.started_at, finished_at=self.finished_at,
-            restart_count=self.restart_count, ready=ready, container_id=cid,
-            last_terminated=self.last_terminated)
+            name=self.name,
+            image=self.image,
+            state=self.state,
+            reason=self.reason,
+            message=self.message,
+            exit_code=self.exit_code,
+            signal=self.signal,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            restart_count=self.restart_count,
+            ready=ready,
+            container_id=cid,
+            last_terminated=self.last_terminated,
+        )
 
 
 def delete_pod(ctx: NodeContext, ns: str, name: str, uid: str) -> None:
     """The kubelet's last word on a pod: remove it now, but only this incarnation of it."""
     body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
     try:
-        kapi.retry(lambda: kapi.raw(ctx.core.delete_namespaced_pod, name, ns, body=body),
-                   f"delete pod {ns}/{name}", ok_statuses=(404, 409), stop=ctx.stop.is_set)
+        kapi.retry(
+            lambda: kapi.raw(ctx.core.delete_namespaced_pod, name, ns, body=body),
+            f"delete pod {ns}/{name}",
+            ok_statuses=(404, 409),
+            stop=ctx.stop.is_set,
+        )
     except ApiException as e:
         log.warning("pod %s/%s: final delete failed: %s", ns, name, e)
 
 
 class PodWorker(threading.Thread):
-    def __init__(self, ctx: NodeContext, node: NodeConfig, pod: dict[str, Any],
-                 on_done: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        ctx: NodeContext,
+        node: NodeConfig,
+        pod: dict[str, Any],
+        on_done: Callable[[str], None],
+    ) -> None:
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
         self.ctx, self.node, self.pod = ctx, node, pod
@@ -219,8 +238,11 @@ class PodWorker(threading.Thread):
 
     # -- facts, env -------------------------------------------------------------------------
     def _facts(self) -> PodFacts:
-        return PodFacts(pod_ip=self.pod_ip or "", host_ip=self.ctx.gateway,
-                        node_allocatable=self.node.capacity())
+        return PodFacts(
+            pod_ip=self.pod_ip or "",
+            host_ip=self.ctx.gateway,
+            node_allocatable=self.node.capacity(),
+        )
 
     def _hostname(self) -> str:
         return str(self.pod["spec"].get("hostname") or self.pod_name)[:63]
@@ -238,15 +260,23 @@ class PodWorker(threading.Thread):
     def _token(self, sa: str, audience: str | None, expiration: int) -> str:
         spec: dict[str, Any] = {
             "expirationSeconds": max(600, expiration),
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": self.pod_name,
-                               "uid": self.uid}}
+            "boundObjectRef": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": self.pod_name,
+                "uid": self.uid,
+            },
+        }
         if audience:
             spec["audiences"] = [audience]
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         try:
-            res = kapi.retry(lambda: kapi.raw(
-                self.ctx.core.create_namespaced_service_account_token, sa, self.ns, body),
-                f"token for {self.ns}/{sa}")
+            res = kapi.retry(
+                lambda: kapi.raw(
+                    self.ctx.core.create_namespaced_service_account_token, sa, self.ns, body
+                ),
+                f"token for {self.ns}/{sa}",
+            )
         except ApiException as e:
             raise ConfigError(f"TokenRequest for serviceaccount {sa!r} failed: {e.reason}") from e
         return str((res or {})["status"]["token"])
@@ -255,9 +285,13 @@ class PodWorker(threading.Thread):
         host, port = self.ctx.api_host, str(self.ctx.api_port)
         return {
             "PATH": f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}",
-            "HOME": "/root", "LANG": "C.UTF-8", "HOSTNAME": self._hostname(),
-            "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
-            "KUBERNETES_SERVICE_PORT_HTTPS": port, "KUBERNETES_PORT": f"tcp://{host}:{port}",
+            "HOME": "/root",
+            "LANG": "C.UTF-8",
+            "HOSTNAME": self._hostname(),
+            "KUBERNETES_SERVICE_HOST": host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": f"tcp://{host}:{port}",
             f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}",
         }
 
@@ -266,13 +300,18 @@ class PodWorker(threading.Thread):
         (self.pod_dir / "resolv.conf").write_text(
             f"nameserver {self.ctx.dns_ip}\n"
             f"search {self.ns}.svc.cluster.local svc.cluster.local cluster.local\n"
-            "options ndots:5\n")
+            "options ndots:5\n"
+        )
         hostname = self._hostname()
         names = [hostname]
         if spec.get("subdomain"):
             names.insert(0, f"{hostname}.{spec['subdomain']}.{self.ns}.svc.cluster.local")
-        lines = ["# Kubernetes-managed hosts file (localkube).", "127.0.0.1\tlocalhost",
-                 "::1\tlocalhost ip6-localhost ip6-loopback", f"{self.pod_ip}\t{' '.join(names)}"]
+        lines = [
+            "# Kubernetes-managed hosts file (localkube).",
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            f"{self.pod_ip}\t{' '.join(names)}",
+        ]
         for alias in spec.get("hostAliases") or []:
             lines.append(f"{alias['ip']}\t{' '.join(alias.get('hostnames') or [])}")
         (self.pod_dir / "hosts").write_text("\n".join(lines) + "\n")
@@ -282,8 +321,9 @@ class PodWorker(threading.Thread):
         now = time.time()
         if self.vols is None:
             try:
-                self.vols = volumes.prepare(self.pod, self.pod_dir, self._facts(), self._lookup,
-                                            self._token)
+                self.vols = volumes.prepare(
+                    self.pod, self.pod_dir, self._facts(), self._lookup, self._token
+                )
             except (ConfigError, OSError) as e:
                 for c in self.init + self.containers:
                     c.reason, c.message = "CreateContainerConfigError", str(e)
@@ -313,9 +353,14 @@ class PodWorker(threading.Thread):
             delay = status.backoff_seconds(c.runs, self.ctx.backoff_base, self.ctx.backoff_cap)
             c.next_start = now + delay
             c.last_terminated = status.state_dict(c.observed())["terminated"]
-            c.state, c.reason, c.message = "waiting", "CrashLoopBackOff", (
-                f"back-off {delay:g}s restarting failed container={c.name} "
-                f"pod={self.pod_name}_{self.ns}({self.uid})")
+            c.state, c.reason, c.message = (
+                "waiting",
+                "CrashLoopBackOff",
+                (
+                    f"back-off {delay:g}s restarting failed container={c.name} "
+                    f"pod={self.pod_name}_{self.ns}({self.uid})"
+                ),
+            )
         if now >= c.next_start:
             self._start(c)
 
@@ -333,11 +378,17 @@ class PodWorker(threading.Thread):
         term_file.parent.mkdir(parents=True, exist_ok=True)
         term_file.write_bytes(b"")
         mounts += [
-            {"source": str(self.pod_dir / "resolv.conf"), "target": "/etc/resolv.conf",
-             "file": True},
+            {
+                "source": str(self.pod_dir / "resolv.conf"),
+                "target": "/etc/resolv.conf",
+                "file": True,
+            },
             {"source": str(self.pod_dir / "hosts"), "target": "/etc/hosts", "file": True},
-            {"source": str(term_file), "target": c.spec.get("terminationMessagePath")
-             or "/dev/termination-log", "file": True},
+            {
+                "source": str(term_file),
+                "target": c.spec.get("terminationMessagePath") or "/dev/termination-log",
+                "file": True,
+            },
         ]
         mounts.sort(key=lambda m: len(Path(m["target"]).parts))
         cwd = c.spec.get("workingDir") or "/"
@@ -347,8 +398,14 @@ class PodWorker(threading.Thread):
         log_path = self.pod_dir / f"{c.name}.log"
         if c.runs > 0 and log_path.exists():
             log_path.rename(self.pod_dir / f"{c.name}.{c.runs - 1}.log")
-        spec = {"netns": self.sandbox.netns_path, "hostname": self._hostname(), "argv": argv,
-                "env": c.env, "cwd": cwd, "mounts": mounts}
+        spec = {
+            "netns": self.sandbox.netns_path,
+            "hostname": self._hostname(),
+            "argv": argv,
+            "env": c.env,
+            "cwd": cwd,
+            "mounts": mounts,
+        }
         c.proc = ContainerProcess(spec, self.pod_dir / "run" / c.name, log_path)
         self._link_log(c.name, log_path)
         if c.runs > 0:
@@ -388,8 +445,11 @@ class PodWorker(threading.Thread):
                 data = f.read(MAX_MESSAGE)
         except OSError:
             data = b""
-        if (not data.strip() and c.exit_code
-                and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"):
+        if (
+            not data.strip()
+            and c.exit_code
+            and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+        ):
             try:
                 lines = (self.pod_dir / f"{c.name}.log").read_bytes().splitlines()[-80:]
                 data = b"\n".join(lines)[-2048:]
@@ -418,8 +478,12 @@ class PodWorker(threading.Thread):
         if self.vanished:
             grace = 0.0
         else:
-            grace = float(meta.get("deletionGracePeriodSeconds",
-                                   self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+            grace = float(
+                meta.get(
+                    "deletionGracePeriodSeconds",
+                    self.pod["spec"].get("terminationGracePeriodSeconds", 30),
+                )
+            )
         first = self.deleting_since is None
         if first:
             self.deleting_since = now
@@ -472,9 +536,15 @@ class PodWorker(threading.Thread):
         return status.PodObservation(
             init=[c.observed() for c in self.init],
             containers=[c.observed() for c in self.containers],
-            now=now_rfc3339(), restart_policy=self.policy, pod_ip=self.pod_ip,
-            host_ip=self.ctx.gateway, start_time=self.start_time,
-            sandbox_ready=self.sandbox is not None, final=final, extra=self.extra)
+            now=now_rfc3339(),
+            restart_policy=self.policy,
+            pod_ip=self.pod_ip,
+            host_ip=self.ctx.gateway,
+            start_time=self.start_time,
+            sandbox_ready=self.sandbox is not None,
+            final=final,
+            extra=self.extra,
+        )
 
     def _publish(self, final: bool = False) -> None:
         if self.vanished:
@@ -490,16 +560,24 @@ class PodWorker(threading.Thread):
             return
         patch = [{"op": "replace", "path": "/status", "value": new}]
         try:
-            kapi.retry(lambda: self.ctx.core.patch_namespaced_pod_status(
-                self.pod_name, self.ns, patch, _content_type=kapi.JSON_PATCH),
-                f"status of {self.ns}/{self.pod_name}", stop=self.ctx.stop.is_set)
+            kapi.retry(
+                lambda: self.ctx.core.patch_namespaced_pod_status(
+                    self.pod_name, self.ns, patch, _content_type=kapi.JSON_PATCH
+                ),
+                f"status of {self.ns}/{self.pod_name}",
+                stop=self.ctx.stop.is_set,
+            )
             self.published = new
         except ApiException as e:
             if e.status == 404:
                 self.gone()
             else:
-                log.warning("pod %s/%s: status patch failed: %s", self.ns, self.pod_name,
-                            e.body if hasattr(e, "body") else e)
+                log.warning(
+                    "pod %s/%s: status patch failed: %s",
+                    self.ns,
+                    self.pod_name,
+                    e.body if hasattr(e, "body") else e,
+                )
 
 
 class PodManager:
@@ -510,8 +588,12 @@ class PodManager:
         self.workers: dict[str, PodWorker] = {}
         self.done: set[str] = set()
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._watch_loop, args=(n,), daemon=True,
-                                         name=f"watch-{n.name}") for n in nodes]
+        self.threads = [
+            threading.Thread(
+                target=self._watch_loop, args=(n,), daemon=True, name=f"watch-{n.name}"
+            )
+            for n in nodes
+        ]
 
     def start(self) -> None:
         for t in self.threads:
@@ -559,22 +641,34 @@ class PodManager:
         meta = pod["metadata"]
         st = dict(pod.get("status") or {})
         now = now_rfc3339()
-        st.update(phase="Failed", reason="NodeRestarted",
-                  message="the localkube node process restarted; the pod's processes are gone")
+        st.update(
+            phase="Failed",
+            reason="NodeRestarted",
+            message="the localkube node process restarted; the pod's processes are gone",
+        )
         for key in ("containerStatuses", "initContainerStatuses"):
             for cs in st.get(key) or []:
                 if "terminated" not in (cs.get("state") or {}):
-                    cs["state"] = {"terminated": {"exitCode": 137, "reason": "NodeRestarted",
-                                                  "finishedAt": now}}
+                    cs["state"] = {
+                        "terminated": {
+                            "exitCode": 137,
+                            "reason": "NodeRestarted",
+                            "finishedAt": now,
+                        }
+                    }
                     cs["ready"] = cs["started"] = False
         for c in st.get("conditions") or []:
             if c.get("type") in ("Ready", "ContainersReady") and c.get("status") == "True":
                 c.update(status="False", reason="PodCompleted", lastTransitionTime=now)
         patch = [{"op": "replace", "path": "/status", "value": st}]
         try:
-            kapi.retry(lambda: self.ctx.core.patch_namespaced_pod_status(
-                meta["name"], meta["namespace"], patch, _content_type=kapi.JSON_PATCH),
-                "mark restarted", ok_statuses=(404,))
+            kapi.retry(
+                lambda: self.ctx.core.patch_namespaced_pod_status(
+                    meta["name"], meta["namespace"], patch, _content_type=kapi.JSON_PATCH
+                ),
+                "mark restarted",
+                ok_statuses=(404,),
+            )
         except ApiException as e:
             log.warning("marking %s NodeRestarted failed: %s", meta["name"], e)
 
@@ -591,9 +685,13 @@ class PodManager:
                 self.vanished(node, {p["metadata"]["uid"] for p in items})
                 rv = listing["metadata"]["resourceVersion"]
                 w = watch.Watch()
-                for event in w.stream(core.list_pod_for_all_namespaces, field_selector=selector,
-                                      resource_version=rv, timeout_seconds=30,
-                                      allow_watch_bookmarks=False):
+                for event in w.stream(
+                    core.list_pod_for_all_namespaces,
+                    field_selector=selector,
+                    resource_version=rv,
+                    timeout_seconds=30,
+                    allow_watch_bookmarks=False,
+                ):
                     if self.ctx.stop.is_set():
                         w.stop()
                         break
@@ -623,5 +721,3 @@ class PodManager:
         deadline = time.time() + timeout
         for w in workers:
             w.join(max(0.1, deadline - time.time()))
-
-

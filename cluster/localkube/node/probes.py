@@ -22,8 +22,13 @@ def _port(probe_port: Any, container: Mapping[str, Any]) -> int:
     raise ValueError(f"unknown named port {probe_port!r}")
 
 
-def run_probe(probe: Mapping[str, Any], container: Mapping[str, Any], pod_ip: str,
-              main_pid: int | None, env: dict[str, str]) -> bool:
+def run_probe(
+    probe: Mapping[str, Any],
+    container: Mapping[str, Any],
+    pod_ip: str,
+    main_pid: int | None,
+    env: dict[str, str],
+) -> bool:
     timeout = float(probe.get("timeoutSeconds", 1))
     try:
         if "exec" in probe:
@@ -33,13 +38,17 @@ def run_probe(probe: Mapping[str, Any], container: Mapping[str, Any], pod_ip: st
             return res.returncode == 0
         if "tcpSocket" in probe:
             t = probe["tcpSocket"]
-            with socket.create_connection((t.get("host") or pod_ip, _port(t["port"], container)),
-                                          timeout=timeout):
+            with socket.create_connection(
+                (t.get("host") or pod_ip, _port(t["port"], container)), timeout=timeout
+            ):
                 return True
         if "httpGet" in probe:
             h = probe["httpGet"]
-            cls = (http.client.HTTPSConnection if h.get("scheme") == "HTTPS"
-                   else http.client.HTTPConnection)
+            cls = (
+                http.client.HTTPSConnection
+                if h.get("scheme") == "HTTPS"
+                else http.client.HTTPConnection
+            )
             conn = cls(h.get("host") or pod_ip, _port(h["port"], container), timeout=timeout)
             headers = {x["name"]: x["value"] for x in h.get("httpHeaders") or []}
             conn.request("GET", h.get("path", "/"), headers=headers)

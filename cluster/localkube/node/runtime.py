@@ -112,8 +112,12 @@ class ContainerProcess:
         self.starterror = run_dir / "starterror"
         for f in (self.pidfile, self.statusfile, self.starterror):
             f.unlink(missing_ok=True)
-        spec = dict(spec, pidfile=str(self.pidfile), statusfile=str(self.statusfile),
-                    starterror=str(self.starterror))
+        spec = dict(
+            spec,
+            pidfile=str(self.pidfile),
+            statusfile=str(self.statusfile),
+            starterror=str(self.starterror),
+        )
         spec_path = run_dir / "spec.json"
         spec_path.write_text(json.dumps(spec))
         env = {"PATH": os.environ.get("PATH", os.defpath), "PYTHONPATH": _PACKAGE_ROOT}
@@ -174,8 +178,9 @@ class ContainerProcess:
             self.proc.wait(5)
 
 
-def exec_in(pid: int, argv: list[str], env: dict[str, str], timeout: float
-            ) -> subprocess.CompletedProcess[bytes]:
+def exec_in(
+    pid: int, argv: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[bytes]:
     """Run a command inside a container's namespaces (exec probes)."""
     cmd = ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "--", *argv]
     return subprocess.run(cmd, env=env, capture_output=True, timeout=timeout)

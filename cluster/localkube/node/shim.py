@@ -66,6 +66,16 @@ def _container(spec: dict[str, Any]) -> None:
     """In the child: PID 1 of the container. Never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # A mount namespace of the container's own: its mounts (an emptyDir at /tmp, say)
+        # must not hide the pod directory from the shim, which writes the exit status there.
+        _check(_libc.unshare(CLONE_NEWNS), "unshare mount")
+        # Every source is opened before anything is mounted, and mounted through its fd: a
+        # volume mounted over an ancestor of the pod directory (/tmp again) would otherwise
+        # hide the sources of the mounts after it (resolv.conf, hosts, termination log).
+        sources = {
+            m["source"]: os.open(m["source"], os.O_PATH | os.O_CLOEXEC)
+            for m in spec.get("mounts", [])
+        }
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         for m in spec.get("mounts", []):
             if not os.path.lexists(m["target"]):  # e.g. a mount inside another volume
@@ -74,7 +84,7 @@ def _container(spec: dict[str, Any]) -> None:
                     open(m["target"], "a").close()
                 else:
                     os.makedirs(m["target"], exist_ok=True)
-            mount(m["source"], m["target"], None, MS_BIND | MS_REC)
+            mount(f"/proc/self/fd/{sources[m['source']]}", m["target"], None, MS_BIND | MS_REC)
             if m.get("readOnly"):
                 mount(None, m["target"], None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
         hostname = spec["hostname"].encode()

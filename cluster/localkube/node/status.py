@@ -197,8 +197,9 @@ def conditions(previous: Sequence[Mapping[str, Any]], obs: PodObservation) -> li
             init_reason,
             None if terminal else f"containers with incomplete status: [{' '.join(uninit)}]",
         ),
-        _condition(prev, "ContainersReady", not unready and not terminal, obs.now, ready_reason,
-                   ready_msg),
+        _condition(
+            prev, "ContainersReady", not unready and not terminal, obs.now, ready_reason, ready_msg
+        ),
         _condition(prev, "Ready", not unready and not terminal, obs.now, ready_reason, ready_msg),
     ]
     # Keep conditions others own (PodScheduled from the scheduler, DisruptionTarget...).

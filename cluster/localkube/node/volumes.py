@@ -16,8 +16,9 @@ TokenFn = Callable[[str, str | None, int], str]
 Files = dict[str, tuple[bytes, int]]  # relative path -> (content, mode)
 
 
-def _items(kind: str, data: Mapping[str, str], src: Mapping[str, Any], default_mode: int,
-           name: str) -> Files:
+def _items(
+    kind: str, data: Mapping[str, str], src: Mapping[str, Any], default_mode: int, name: str
+) -> Files:
     optional = bool(src.get("optional"))
     out: Files = {}
     items = src.get("items")
@@ -32,8 +33,9 @@ def _items(kind: str, data: Mapping[str, str], src: Mapping[str, Any], default_m
     return out
 
 
-def _keyed(kind: str, src: Mapping[str, Any], pod: Mapping[str, Any], lookup: Lookup,
-           default_mode: int) -> Files:
+def _keyed(
+    kind: str, src: Mapping[str, Any], pod: Mapping[str, Any], lookup: Lookup, default_mode: int
+) -> Files:
     name = src.get("name") or src.get("secretName") or ""
     ns = pod.get("metadata", {}).get("namespace", "default")
     obj = lookup(kind, ns, name)
@@ -44,8 +46,9 @@ def _keyed(kind: str, src: Mapping[str, Any], pod: Mapping[str, Any], lookup: Lo
     return _items(kind, object_data(kind, obj), src, default_mode, name)
 
 
-def _downward(items: list[Mapping[str, Any]], pod: Mapping[str, Any], facts: PodFacts,
-              default_mode: int) -> Files:
+def _downward(
+    items: list[Mapping[str, Any]], pod: Mapping[str, Any], facts: PodFacts, default_mode: int
+) -> Files:
     out: Files = {}
     for it in items:
         if "fieldRef" in it:
@@ -59,8 +62,9 @@ def _downward(items: list[Mapping[str, Any]], pod: Mapping[str, Any], facts: Pod
     return out
 
 
-def volume_files(vol: Mapping[str, Any], pod: Mapping[str, Any], facts: PodFacts,
-                 lookup: Lookup, token: TokenFn) -> Files | None:
+def volume_files(
+    vol: Mapping[str, Any], pod: Mapping[str, Any], facts: PodFacts, lookup: Lookup, token: TokenFn
+) -> Files | None:
     """Files of a content volume; None for volumes that are directories (emptyDir, hostPath)."""
     if "configMap" in vol:
         src = vol["configMap"]
@@ -120,8 +124,14 @@ def write_files(root: Path, files: Files) -> None:
         target.chmod(mode)
 
 
-def prepare(pod: Mapping[str, Any], pod_dir: Path, facts: PodFacts, lookup: Lookup,
-            token: TokenFn, existing: PodVolumes | None = None) -> PodVolumes:
+def prepare(
+    pod: Mapping[str, Any],
+    pod_dir: Path,
+    facts: PodFacts,
+    lookup: Lookup,
+    token: TokenFn,
+    existing: PodVolumes | None = None,
+) -> PodVolumes:
     vols = existing or PodVolumes()
     for vol in pod.get("spec", {}).get("volumes") or []:
         name = vol["name"]
@@ -144,8 +154,11 @@ def prepare(pod: Mapping[str, Any], pod_dir: Path, facts: PodFacts, lookup: Look
                 ed = vol.get("emptyDir") or {}
                 if ed.get("medium") == "Memory":
                     opts = "mode=1777" + (f",size={ed['sizeLimit']}" if ed.get("sizeLimit") else "")
-                    subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(host)],
-                                   check=True, capture_output=True)
+                    subprocess.run(
+                        ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(host)],
+                        check=True,
+                        capture_output=True,
+                    )
                     vols.tmpfs.append(host)
         else:
             write_files(host, files)
@@ -163,6 +176,12 @@ def container_mounts(container: Mapping[str, Any], vols: PodVolumes) -> list[dic
             source = source / vm["subPath"]
             if not source.exists():
                 source.mkdir(parents=True)
-        out.append({"source": str(source), "target": vm["mountPath"],
-                    "readOnly": bool(vm.get("readOnly")), "file": source.is_file()})
+        out.append(
+            {
+                "source": str(source),
+                "target": vm["mountPath"],
+                "readOnly": bool(vm.get("readOnly")),
+                "file": source.is_file(),
+            }
+        )
     return out
