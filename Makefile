@@ -1,6 +1,7 @@
 # One command brings up the local cluster and runs the example (make demo); one runs every test
 # (make test). Both build what they need first.
 SHELL := /bin/bash
+export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/cluster
 BIN = $(shell cluster/build.sh)
 
 .PHONY: test unit lint demo up down crds build venv
