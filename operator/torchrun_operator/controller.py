@@ -224,7 +224,8 @@ class Controller:
             metrics.count_api_call("delete", "pod", 200)
             body = json.loads(resp.data)
             if body.get("kind") == "Pod":
-                self.pods.put(body)  # now carries deletionTimestamp
+                # Now carries deletionTimestamp; unless the watch already saw it deleted.
+                self.pods.put_if_cached(body)
         except ApiException as e:
             metrics.count_api_call("delete", "pod", e.status or 0)
             if not _ok_codes(e, 404):

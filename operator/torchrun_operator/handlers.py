@@ -7,6 +7,7 @@ while the operator is down.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -38,7 +39,12 @@ _state: dict[str, Any] = {}
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     # Explicit, so kopf never guesses between installed clients.
-    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    info = kopf.login_with_service_account(**kwargs)
+    server = kclient.in_cluster_server(os.environ)
+    if info is not None and server:
+        # The address the pod was given, as the kubernetes client (our own calls) uses it.
+        return dataclasses.replace(info, server=server)
+    return info or kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.startup()

@@ -12,7 +12,10 @@ wants isolation (tests) creates its own `Metrics`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -28,12 +31,16 @@ __all__ = [
     "PHASES",
     "RESTART_KINDS",
     "Metrics",
+    "StatusChange",
     "count_api_call",
     "count_restart",
     "default",
+    "phase_counts",
+    "status_change",
     "observe_reconcile",
     "observe_time_to_rendezvous",
     "observe_time_to_running",
+    "record_status_change",
     "set_jobs_by_phase",
     "start_metrics_server",
 ]
@@ -137,6 +144,106 @@ class Metrics:
     def observe_time_to_rendezvous(self, seconds: float) -> None:
         self.time_to_rendezvous.observe(seconds)
 
+    def record_status_change(self, change: StatusChange) -> None:
+        for kind in change.restarts:
+            self.count_restart(kind)
+        if change.time_to_running is not None:
+            self.observe_time_to_running(change.time_to_running)
+        if change.time_to_rendezvous is not None:
+            self.observe_time_to_rendezvous(change.time_to_rendezvous)
+
+
+# ---- pure: what a status change means for the metrics -----------------------------------
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """The observations one status update of one job yields."""
+
+    restarts: list[str] = field(default_factory=list)  # one kind per gang restart
+    time_to_running: float | None = None
+    time_to_rendezvous: float | None = None
+
+
+def _time(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == type_:
+            return c
+    return None
+
+
+def _became_true(old: Mapping[str, Any], new: Mapping[str, Any], type_: str) -> datetime | None:
+    """lastTransitionTime of `type_` when it is True in `new` and was not in `old`."""
+    now = _condition(new, type_)
+    if now is None or now.get("status") != "True":
+        return None
+    before = _condition(old, type_)
+    if before is not None and before.get("status") == "True":
+        return None
+    return _time(now.get("lastTransitionTime"))
+
+
+def _restart_count(status: Mapping[str, Any]) -> int:
+    counters = status.get("counters") or {}
+    try:
+        return int(counters.get("restarts") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def status_change(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any], created: str | None
+) -> StatusChange:
+    """What the operator's metrics learn when a job's status goes from `old` to `new`.
+
+    - restarts: `counters.restarts` grew; each new one is labelled by the `kind` of the
+      matching entry of the `restarts` history (`user`; `infrastructure` and an elastic
+      `replacement` count as infrastructure; infrastructure when the history says nothing).
+    - time to running / rendezvous: the `Running` / `RendezvousDone` condition turned True;
+      measured from the start of the attempt (`lastRestartTime` after a gang restart, else
+      the job's creation) to the condition's `lastTransitionTime`. Condition times have
+      one-second resolution, so these are whole seconds.
+    """
+    old = old or {}
+    grew = max(0, _restart_count(new) - _restart_count(old))
+    history = [r for r in new.get("restarts") or [] if isinstance(r, Mapping)]
+    recent = history[-grew:] if grew else []
+    kinds = ["user" if r.get("kind") == "user" else "infrastructure" for r in recent]
+    kinds += ["infrastructure"] * (grew - len(kinds))
+
+    start = _time(new.get("lastRestartTime")) if new.get("attempt") else None
+    start = start or _time(created)
+
+    def since_start(at: datetime | None) -> float | None:
+        if at is None or start is None:
+            return None
+        return max(0.0, (at - start).total_seconds())
+
+    return StatusChange(
+        restarts=kinds,
+        time_to_running=since_start(_became_true(old, new, "Running")),
+        time_to_rendezvous=since_start(_became_true(old, new, "RendezvousDone")),
+    )
+
+
+def phase_counts(statuses: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
+    """Jobs per phase; a job with no status yet counts as Pending."""
+    counts: dict[str, int] = {}
+    for st in statuses:
+        phase = str((st or {}).get("phase") or "Pending")
+        counts[phase] = counts.get(phase, 0) + 1
+    return counts
+
 
 default = Metrics()
 ProcessCollector(registry=default.registry)
@@ -166,6 +273,10 @@ def observe_time_to_running(seconds: float) -> None:
 
 def observe_time_to_rendezvous(seconds: float) -> None:
     default.observe_time_to_rendezvous(seconds)
+
+
+def record_status_change(change: StatusChange) -> None:
+    default.record_status_change(change)
 
 
 def start_metrics_server(

@@ -76,6 +76,27 @@ def pod_log(cluster: Any, namespace: str, pod: str, container: str = "operator")
     return path.read_text(errors="replace") if path.exists() else ""
 
 
+def rbac_denials(log: str) -> list[str]:
+    """Log records (JSON, the chart's default format) that show a permission the operator
+    lacks. A 403 is also what creates in a terminating namespace get (another test's, while
+    a cluster-wide operator runs): the operator logs those at info, and they say nothing
+    about RBAC; a denial by RBAC reads "... is forbidden: User ... cannot ..." or is logged
+    as a warning or error."""
+    found = []
+    for line in log.splitlines():
+        if "forbidden" not in line.lower():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            found.append(line)
+            continue
+        text = str(record.get("message", "")) + str(record.get("exc_info", ""))
+        if " cannot " in text or record.get("severity") != "info":
+            found.append(line)
+    return found
+
+
 def operator_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[Any]:
     return [
         p
@@ -136,7 +157,6 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
                 "watchNamespaces": [namespace],
                 "command": SOURCE_COMMAND,
                 "env": SOURCE_ENV,
-                "logFormat": "plain",
             }
         )
     )
@@ -160,7 +180,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
         log = pod_log(cluster, release_ns, pod.metadata.name)
         assert log, "the operator pod wrote no log"
-        assert "forbidden" not in log.lower(), log[-4000:]
+        assert not rbac_denials(log), log[-4000:]
         assert "Traceback" not in log, log[-4000:]
 
         # Not more than needed.
@@ -293,7 +313,8 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
         assert ready(pod)
         run_cpu_example(kube, namespace)
         log = pod_log(cluster, ns, pod.metadata.name)
-        assert log and "forbidden" not in log.lower(), log[-4000:]
+        assert log, "the operator pod wrote no log"
+        assert not rbac_denials(log), log[-4000:]
     finally:
         deleted = subprocess.run(
             [*k, "delete", "-f", str(INSTALL), "--ignore-not-found", "--wait", "--timeout=120s"],

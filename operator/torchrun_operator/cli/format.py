@@ -22,6 +22,7 @@ __all__ = [
     "format_job_list",
     "format_job_status",
     "format_objects",
+    "log_fetch_error",
     "human_duration",
     "parse_rank_ranges",
     "parse_time",
@@ -322,3 +323,32 @@ def _plain(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+def log_fetch_error(status: int | None, body: object, entry: Obj) -> str:
+    """What to say when the API server could not give a pod's logs.
+
+    The API server fetches logs from the kubelet of the pod's node; when that fails (a node
+    without a kubelet API, as localkube's process node, or an unreachable node) it answers
+    500 with the kubelet URL it tried. Say which pod and node that was: the user can still
+    find the rank's output where that node keeps it.
+    """
+    pod, node = entry.get("pod") or NONE, entry.get("node") or NONE
+    where = f"pod {pod} (node rank {entry.get('nodeRank', '-')}, node {node})"
+    if status == 404:
+        return f"{where} is gone, and its logs with it"
+    message = ""
+    if isinstance(body, (str, bytes)):
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        try:
+            parsed = json.loads(text)
+            message = str(parsed.get("message", "")) if isinstance(parsed, dict) else text
+        except ValueError:
+            message = text
+    message = message.strip() or f"HTTP {status}"
+    if status is not None and status >= 500:
+        return (
+            f"cannot fetch the logs of {where}: the API server could not get them from the "
+            f"node's kubelet: {message}"
+        )
+    return f"cannot fetch the logs of {where}: {message}"

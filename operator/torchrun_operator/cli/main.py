@@ -155,7 +155,13 @@ def run(args: argparse.Namespace, kube: _Kube, now: datetime) -> str:
     pod = entry.get("pod")
     if not pod:
         raise fmt.FormatError(f"node rank {entry.get('nodeRank')} has no pod yet")
-    kube.stream_logs(namespace, str(pod), args)
+    try:
+        kube.stream_logs(namespace, str(pod), args)
+    except Exception as e:
+        status = getattr(e, "status", None)
+        if status is None:
+            raise
+        raise fmt.FormatError(fmt.log_fetch_error(status, getattr(e, "body", None), entry)) from e
     return ""
 
 
@@ -184,8 +190,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _api_error(e: Any, args: argparse.Namespace) -> str:
-    if e.status == 404 and args.command == "logs":
-        return "the pod is gone (its logs went with it)"
     if e.status == 404:
         return "the DistributedTrainingJob CRD is not installed in this cluster"
     if e.status == 403:

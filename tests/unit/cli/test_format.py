@@ -368,3 +368,32 @@ def test_fixtures_are_valid_status_objects() -> None:
 
     for job in (failed_job(), running_job()):
         JobStatus.model_validate(job["status"])
+
+
+class BrokenLogs(FakeKube):
+    def __init__(self, jobs: list[dict[str, Any]], status: int, body: str) -> None:
+        super().__init__(jobs)
+        self.status, self.body = status, body
+
+    def stream_logs(self, namespace: str, pod: str, args: Any) -> None:
+        err = Exception("kubelet")
+        err.status, err.body = self.status, self.body  # type: ignore[attr-defined]
+        raise err
+
+
+def test_logs_the_api_server_cannot_fetch_name_the_pod_and_node() -> None:
+    body = json.dumps({"kind": "Status", "message": 'Get "https://n:10250/containerLogs": no host'})
+    kube = BrokenLogs([failed_job()], 500, body)
+    args = build_parser().parse_args(["logs", "llama", "--rank", "9", "-n", "team-a"])
+    with pytest.raises(fmt.FormatError) as err:
+        run(args, kube, NOW)  # type: ignore[arg-type]
+    text = str(err.value)
+    assert "pod llama-1 (node rank 1, node " in text
+    assert "kubelet" in text and "containerLogs" in text
+
+
+def test_logs_of_a_deleted_pod_say_so() -> None:
+    kube = BrokenLogs([failed_job()], 404, "")
+    args = build_parser().parse_args(["logs", "llama", "--rank", "9"])
+    with pytest.raises(fmt.FormatError, match="pod llama-1 .* is gone"):
+        run(args, kube, NOW)  # type: ignore[arg-type]
