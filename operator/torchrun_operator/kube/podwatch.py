@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -65,22 +64,33 @@ class PodWatcher:
         return listed
 
     def _run(self) -> None:
+        resource_version: str | None = None
         while not self._stop.is_set():
             try:
-                listed = self._list()
-                for key in self._cache.replace_all(listed.get("items", [])):
-                    self._on_change(key)
-                self.synced.set()
-                self._stream(listed["metadata"]["resourceVersion"])
+                if resource_version is None:
+                    listed = self._list()
+                    for key in self._cache.replace_all(listed.get("items", [])):
+                        self._on_change(key)
+                    self.synced.set()
+                    resource_version = listed["metadata"]["resourceVersion"]
+                # A watch that times out resumes where it stopped; only 410 Gone (history
+                # compacted) or an error costs a full re-list.
+                resource_version = self._stream(resource_version)
             except ApiException as e:
+                resource_version = None
                 if e.status != 410:
                     log.warning("pod watch failed: %s; re-listing", e.reason)
-                    time.sleep(1)
-            except Exception:  # noqa: BLE001 - the watcher must outlive any one failure
-                log.exception("pod watch crashed; re-listing")
-                time.sleep(1)
+                    self._stop.wait(1)
+            except Exception as e:  # noqa: BLE001 - the watcher must outlive any one failure
+                resource_version = None
+                if self._stop.is_set():
+                    return  # the connection was closed under us on shutdown
+                log.warning("pod watch broke (%s: %s); re-listing", type(e).__name__, e)
+                self._stop.wait(1)
 
-    def _stream(self, resource_version: str) -> None:
+    def _stream(self, resource_version: str) -> str:
+        """Feeds events into the cache until the server ends the watch; returns the last
+        resourceVersion seen."""
         self._watch = watch.Watch()
         kw: dict[str, Any] = {
             "label_selector": JOB_LABEL,
@@ -90,13 +100,15 @@ class PodWatcher:
         }
         for event in self._watch.stream(self._list_fn(kw), **kw):
             if self._stop.is_set():
-                return
+                break
             kind, obj = event["type"], event["raw_object"]
             if kind == "ERROR":
                 code = obj.get("code")
                 raise ApiException(status=code, reason=obj.get("message"))
+            resource_version = obj.get("metadata", {}).get("resourceVersion") or resource_version
             if kind == "BOOKMARK":
                 continue
             key = self._cache.remove(obj) if kind == "DELETED" else self._cache.put(obj)
             if key is not None:
                 self._on_change(key)
+        return resource_version
