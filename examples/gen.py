@@ -155,6 +155,45 @@ EXAMPLES = [
     ),
 ]
 
+EXAMPLES.append(
+    Example(
+        file="progress.yaml",
+        name="progress",
+        script="train_progress.py",
+        about="Hang detection: the script reports its step; 60 s without one restarts the gang.",
+        job_spec=f"""\
+  nodes: 2
+  nprocPerNode: 2
+  rendezvous:
+    joinTimeoutSeconds: 300
+  failurePolicy:
+    maxRestarts: 2
+    backoffSeconds: 5
+  runPolicy:
+    # The script writes its step to $TORCHRUN_OPERATOR_PROGRESS_FILE; unchanged for 60 s
+    # after rendezvous, the pod turns NotReady and the attempt fails as ProgressStalled.
+    # See docs/progress.md.
+    progressTimeoutSeconds: 60
+    ttlSecondsAfterFinished: 3600
+  template:
+    spec:
+      containers:
+      - name: trainer
+        image: {IMAGE}
+        command: [python, /workspace/train_progress.py]
+        args: [--steps, "200", --step-sleep, "0.05"]
+        resources:
+          requests: {{cpu: 500m, memory: 1Gi}}
+          limits: {{memory: 2Gi}}
+        volumeMounts:
+        - {{name: script, mountPath: /workspace, readOnly: true}}
+      volumes:
+      - name: script
+        configMap: {{name: progress-script}}
+""",
+    )
+)
+
 
 def _indent(text: str, spaces: int) -> str:
     pad = " " * spaces

@@ -109,7 +109,14 @@ class RunPolicy(_Wire):
     clean_pod_policy: Literal["KeepFailed", "KeepAll", "Delete"] = "KeepFailed"
     suspend: bool = False
     progress_timeout_seconds: Annotated[int, Field(ge=1)] | None = Field(
-        default=None, description="Reserved: not enforced yet."
+        default=None,
+        description=(
+            "Opt-in hang detection: when the step counter a training script writes to "
+            "$TORCHRUN_OPERATOR_PROGRESS_FILE stays unchanged this long after rendezvous, the "
+            "pod turns NotReady and the attempt fails with reason ProgressStalled "
+            "(infrastructure: a gang restart within failurePolicy.maxRestarts). "
+            "See docs/progress.md."
+        ),
     )
 
 

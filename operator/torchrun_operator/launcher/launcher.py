@@ -41,6 +41,7 @@ ENV_STATE_DIR = "TORCHRUN_OPERATOR_STATE_DIR"
 ENV_DNS_TIMEOUT = "TORCHRUN_OPERATOR_DNS_TIMEOUT"
 ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"
 ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
+ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
 ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"
 
 USAGE = f"""\
@@ -57,6 +58,8 @@ environment:
       (default {DEFAULT_DNS_TIMEOUT:g})
   {ENV_TERMINATION_LOG}: where the JSON summary goes (default {DEFAULT_TERMINATION_LOG})
   {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
+  {ENV_PROGRESS_TIMEOUT}: optional seconds; when the progress file has not changed for this
+      long after rendezvous, 'ready' is removed (the pod turns NotReady) and 'stalled' written
 """
 
 # States of the summary (docs/pod-contract.md).
@@ -396,7 +399,9 @@ def reset_state_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
         for name in os.listdir(path):
-            if name == "ready" or (name.startswith("rank-") and name.endswith(".json")):
+            if name in ("ready", "stalled") or (
+                name.startswith("rank-") and name.endswith(".json")
+            ):
                 os.remove(os.path.join(path, name))
     except OSError as e:
         log("cannot prepare state dir", path=path, error=e)
@@ -437,6 +442,137 @@ def write_summary(summary: dict[str, Any]) -> None:
         sys.stdout.flush()
     except (OSError, ValueError):
         pass
+
+
+# ------------------------------------------------------------------------------------------
+# progress watch (docs/progress.md)
+
+
+class ProgressWatch:
+    """Decides, from what it is shown, when training stopped making progress.
+
+    The clock starts when `ready` appears (rendezvous done, workers started) and restarts
+    whenever the progress file's content changes. When it reaches ``timeout`` the watch
+    reports "stall"; a later change of the file reports "resume"; a `ready` written anew by
+    the workers of another round (torchrun's in-pod restart) re-arms it.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.since: float | None = None  # start of the current quiet period
+        self.content: str | None = None
+        self.stalled = False
+
+    def observe(self, now: float, ready: bool, content: str | None) -> str:
+        changed = content != self.content
+        self.content = content
+        if self.stalled:
+            if changed or ready:
+                self.stalled, self.since = False, now
+                return "resume" if changed else ""
+            return ""
+        if not ready:
+            self.since = None
+            return ""
+        if self.since is None or changed:
+            self.since = now
+            return ""
+        if now - self.since >= self.timeout:
+            self.stalled = True
+            return "stall"
+        return ""
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path) as fp:
+            return fp.read()
+    except OSError:
+        return None
+
+
+class ProgressMonitor:
+    """Applies a ProgressWatch to the state dir: on a stall, withdraws readiness (removes
+    `ready`, so the readiness probe fails) and writes a `stalled` marker; on progress again,
+    puts `ready` back."""
+
+    def __init__(self, sdir: str, progress_file: str, timeout: float) -> None:
+        self.ready_path = os.path.join(sdir, "ready")
+        self.stalled_path = os.path.join(sdir, "stalled")
+        self.progress_file = progress_file
+        self.watch = ProgressWatch(timeout)
+        self._ready_text: str | None = None
+        self.note: str | None = None  # for the termination summary while stalled
+
+    def poll(self, now: float, wall: float | None = None) -> str:
+        ready_text = _read_text(self.ready_path)
+        if ready_text is not None:
+            self._ready_text = ready_text
+        action = self.watch.observe(now, ready_text is not None, _read_text(self.progress_file))
+        step = read_step(self.progress_file)
+        if action == "stall":
+            quiet = self.watch.timeout
+            self.note = f"no training progress for {quiet:g}s (last step {step})"
+            log(
+                "progress stalled: withdrawing readiness",
+                file=self.progress_file,
+                step=step,
+                timeout=f"{quiet:g}s",
+                ranks=",".join(str(r) for r in _rank_info(os.path.dirname(self.ready_path), [])[1]),
+            )
+            marker = {"step": step, "timeout": quiet, "at": round(wall or time.time(), 3)}
+            try:
+                _write_atomic(self.stalled_path, _dumps(marker) + "\n")
+                os.remove(self.ready_path)
+            except OSError as e:
+                log("cannot withdraw readiness", error=e)
+        elif action == "resume":
+            self.note = None
+            log("progress resumed: readiness restored", step=step)
+            try:
+                _write_atomic(self.ready_path, self._ready_text or "{}\n")
+                os.remove(self.stalled_path)
+            except OSError as e:
+                log("cannot restore readiness", error=e)
+        elif not self.watch.stalled:
+            self.note = None
+        return action
+
+
+_progress: list[ProgressMonitor] = []
+
+
+def progress_timeout() -> float | None:
+    raw = os.environ.get(ENV_PROGRESS_TIMEOUT, "")
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        log("ignoring invalid progress timeout", value=raw)
+        return None
+    return value if value > 0 else None
+
+
+def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
+    timeout, path = progress_timeout(), os.environ.get(ENV_PROGRESS_FILE)
+    if timeout is None or not path:
+        return None
+    monitor = ProgressMonitor(sdir, path, timeout)
+    _progress.append(monitor)
+    interval = min(1.0, timeout / 4)
+    log("watching training progress", file=path, timeout=f"{timeout:g}s")
+
+    def run() -> None:
+        while True:
+            try:
+                monitor.poll(time.monotonic())
+            except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
+                log("progress watch error", error=f"{type(e).__name__}: {e}")
+            time.sleep(interval)
+
+    threading.Thread(target=run, daemon=True, name="progress-watch").start()
+    return monitor
 
 
 # ------------------------------------------------------------------------------------------
@@ -637,6 +773,10 @@ def _finish(summary: dict[str, Any]) -> None:
     if _summary_written.is_set():
         return
     _summary_written.set()
+    notes = [m.note for m in _progress if m.note]
+    if notes and summary.get("state") != SUCCEEDED:
+        summary = {**summary, "message": "; ".join([*notes, str(summary.get("message") or "")])}
+        summary["message"] = summary["message"].rstrip("; ")
     write_summary(summary)
 
 
@@ -779,6 +919,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
 
     sdir = state_dir()
     step_file = os.environ.get(ENV_PROGRESS_FILE)
+    start_progress_monitor(sdir)
     parser = get_args_parser()
     # The placeholder script is replaced below: only the launch configuration is taken from
     # torchrun's parser, so the user's command never meets argparse.
@@ -915,6 +1056,12 @@ def launcher_main(argv: list[str]) -> int:
         state_dir=state_dir(),
     )
     reset_state_dir(state_dir())
+    progress_file = os.environ.get(ENV_PROGRESS_FILE)
+    if progress_file and os.path.exists(progress_file):
+        try:  # a previous container's step is not this one's progress
+            os.remove(progress_file)
+        except OSError as e:
+            log("cannot remove old progress file", path=progress_file, error=e)
     try:
         host = endpoint_host(flags, os.environ)
         if host:

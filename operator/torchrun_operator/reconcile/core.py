@@ -9,7 +9,7 @@ and no events: events are emitted only where the status changes.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -19,6 +19,7 @@ from ..api import names
 from ..api.models import JobSpec
 from ..render import render_pod, world_size
 from . import conditions as cond
+from . import hang
 from .observe import PodView, rank_entry, truncate, view
 from .plan import Event, Plan
 from .rootcause import WINDOW, Candidate, classify, lost_candidate, pod_candidates, root_cause
@@ -251,6 +252,7 @@ class _Seen:
     succeeded: set[int] = field(default_factory=set)
     candidates: list[Candidate] = field(default_factory=list)
     current: dict[int, PodView] = field(default_factory=dict)
+    slots: dict[int, tuple[str, PodView | None]] = field(default_factory=dict)  # name, pod
 
 
 def _observe(ctx: _Ctx) -> None:
@@ -263,6 +265,7 @@ def _observe(ctx: _Ctx) -> None:
         before = old.get(i) or {}
         pod_name = before.get("pod") or names.pod_name(ctx.name, i, attempt)
         pod = by_name.get(pod_name)
+        seen.slots[i] = (pod_name, pod)
         if pod is None:
             if before.get("phase") in (None, "Creating"):
                 # Planned but not seen yet (or never planned): (re)create, 409 is fine.
@@ -291,6 +294,8 @@ def _observe(ctx: _Ctx) -> None:
         _on_failures(ctx, seen)
         return
     if _succeeded(ctx, seen):
+        return
+    if _hung(ctx, seen):
         return
     all_up = all(
         i in seen.current and seen.current[i].phase in ("Running", "Succeeded")
@@ -368,7 +373,7 @@ def _describe(cause: Candidate) -> str:
 
 
 def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
-    spec, counters = ctx.spec, ctx.counters
+    spec = ctx.spec
     retryable = spec.failure_policy.retryable_exit_codes
     cause = root_cause(seen.candidates)
     klass = classify(cause, retryable)
@@ -385,11 +390,23 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     # So wait until every pod has ended, or SETTLE_SECONDS after the first report. Lost pods
     # need no settling: nothing another node reports can explain them away.
     reported = [c.at for c in seen.candidates if c.kind != "lost"]
-    if seen.alive and reported:
+    # A rendezvous timeout is decided at once, on the pods as they are now: no training ran,
+    # so no report can explain it away, and waiting lets a Pending pod start in the room the
+    # failed ones freed, hiding why the rendezvous failed.
+    rendezvous_timeout = cause.kind == "rendezvous" and cause.reason == "RendezvousTimeout"
+    if seen.alive and reported and not rendezvous_timeout:
         settle_at = min(reported) + SETTLE_SECONDS
         if ctx.now < settle_at:
             ctx.requeue.append(settle_at - ctx.now)
             return
+    if rendezvous_timeout:
+        cause = _name_absentees(ctx, seen, cause)
+    _fail_or_restart(ctx, cause, klass)
+
+
+def _fail_or_restart(ctx: _Ctx, cause: Candidate, klass: str) -> None:
+    """Record the root cause; fail on a user error or a spent budget, else gang-restart."""
+    spec, counters = ctx.spec, ctx.counters
     ctx.status["failure"] = _failure(cause)
     ctx.event("Warning", "RankFailed", _describe(cause))
     if klass == "user":
@@ -410,6 +427,82 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
         )
         return
     _gang_restart(ctx, cause)
+
+
+def _name_absentees(ctx: _Ctx, seen: _Seen, cause: Candidate) -> Candidate:
+    """A rendezvous timeout is caused by the node ranks that never arrived: name them (the
+    first as the failure's node rank), not the launcher that gave up waiting."""
+    join = ctx.spec.rendezvous.join_timeout_seconds
+    absent = hang.absentees(seen.slots, ctx.now, join)
+    if not absent:
+        return cause
+    missing = {a.node_index for a in absent}
+    waited = sorted(i for i in seen.slots if i not in missing)
+    first = absent[0]
+    message = hang.rendezvous_timeout_message(absent, waited, join)
+    return replace(
+        cause,
+        node_index=first.node_index,
+        pod=first.pod,
+        node=first.node,
+        rank=None,
+        exit_code=None,
+        message=truncate(message),
+    )
+
+
+def _hung(ctx: _Ctx, seen: _Seen) -> bool:
+    """Hangs no launcher reports (reconcile/hang.py): a rendezvous that never completes with
+    every pod Running, and (opt-in) pods that stopped reporting training progress. True when
+    it failed or restarted the attempt."""
+    spec = ctx.spec
+    join = spec.rendezvous.join_timeout_seconds
+    rdzv = cond.get(ctx.conds, "RendezvousDone")
+    done = rdzv is not None and rdzv.get("status") == "True"
+    pods = {i: pod for i, (_, pod) in seen.slots.items()}
+    deadline = hang.rendezvous_hang_deadline(pods, done, join)
+    if deadline is not None and ctx.now < deadline:
+        ctx.requeue.append(deadline - ctx.now)
+    elif deadline is not None:
+        absent = hang.absentees(seen.slots, ctx.now, join)
+        first = absent[0]  # not every pod is Ready, so someone is absent
+        message = truncate(hang.rendezvous_hang_message(absent, join))
+        cause = Candidate(
+            first.node_index,
+            first.pod,
+            first.node,
+            "rendezvous",
+            "RendezvousTimeout",
+            deadline,
+            message=message,
+        )
+        _fail_or_restart(ctx, cause, "user")
+        return True
+    timeout = spec.run_policy.progress_timeout_seconds
+    if timeout is None or rdzv is None or not done:
+        return False
+    quiet = hang.quiet_pods(seen.current, seconds(rdzv.get("lastTransitionTime")))
+    due, wait = hang.stalled(quiet, ctx.now)
+    if wait is not None:
+        ctx.requeue.append(wait)
+    if not due:
+        return False
+    for q in due:
+        entry = ctx.status["ranks"][q.node_index]
+        entry["reason"] = "ProgressStalled"
+        entry["message"] = f"no training progress for {timeout}s"
+    quiet_first = due[0]
+    cause = Candidate(
+        quiet_first.node_index,
+        quiet_first.pod,
+        quiet_first.node,
+        "stalled",
+        "ProgressStalled",
+        quiet_first.since,
+        message=truncate(hang.stall_message(due, timeout)),
+    )
+    _fail_or_restart(ctx, cause, classify(cause, spec.failure_policy.retryable_exit_codes))
+    return True
 
 
 def _restart_kind(cause: Candidate) -> str:

@@ -72,6 +72,7 @@ class PodView:
     finished_at: object
     report: dict[str, Any] | None
     disruption: str | None  # reason of a DisruptionTarget=True condition
+    ready_since: object = None  # lastTransitionTime of the Ready condition
 
     @property
     def terminal(self) -> bool:
@@ -130,6 +131,7 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
         finished_at=term.get("finishedAt"),
         report=parse_report(term.get("message")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
+        ready_since=(conditions.get("Ready") or {}).get("lastTransitionTime"),
     )
 
 

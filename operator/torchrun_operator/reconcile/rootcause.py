@@ -16,7 +16,16 @@ from .observe import KIND_REASONS, PodView, truncate
 WINDOW = 5.0
 
 Kind = Literal[
-    "exception", "signal", "comm", "exit", "rendezvous", "launcher", "oom", "evicted", "lost"
+    "exception",
+    "signal",
+    "comm",
+    "exit",
+    "rendezvous",
+    "launcher",
+    "oom",
+    "evicted",
+    "lost",
+    "stalled",
 ]
 Class = Literal["user", "infrastructure"]
 
@@ -108,7 +117,7 @@ def pod_candidates(
                 str(state),
                 at,
                 exit_code=pod.exit_code,
-                message=pod.message,
+                message=truncate(str(report.get("message") or "")) or pod.message,
             )
         ]
     out: list[Candidate] = []

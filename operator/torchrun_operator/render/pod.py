@@ -31,6 +31,7 @@ OWNED_ENV = (
     "TORCHRUN_OPERATOR_DNS_TIMEOUT",
     "TORCHRUN_OPERATOR_NODE_RANK",
     "TORCHRUN_OPERATOR_PROGRESS_FILE",
+    "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT",
 )
 
 
@@ -75,6 +76,10 @@ def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
         {"name": "TORCHRUN_OPERATOR_NODE_RANK", "value": str(node_index)},
         {"name": "TORCHRUN_OPERATOR_PROGRESS_FILE", "value": PROGRESS_FILE},
     ]
+    timeout = spec.run_policy.progress_timeout_seconds
+    if timeout is not None:
+        # docs/progress.md: the launcher withdraws readiness when the file stops changing.
+        env.append({"name": "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT", "value": str(timeout)})
     if restarts_possible(spec):
         env.append({"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"})
     return env

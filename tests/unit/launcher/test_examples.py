@@ -12,7 +12,13 @@ from torchrun_operator.api.models import JobSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
-MANIFESTS = ["cpu-ddp.yaml", "gpu-ddp.yaml", "configmap-script.yaml", "fail-rank3.yaml"]
+MANIFESTS = [
+    "cpu-ddp.yaml",
+    "gpu-ddp.yaml",
+    "configmap-script.yaml",
+    "fail-rank3.yaml",
+    "progress.yaml",
+]
 
 
 def test_manifests_are_generated_from_current_scripts() -> None:

@@ -1,0 +1,190 @@
+"""Failures no launcher reports: who never joined a rendezvous, and training that went quiet.
+
+Pods have no API access, so readiness is the only thing a running launcher tells the operator:
+Ready means "rendezvous done, training" (docs/pod-contract.md). From it, and from the reports
+of the pods that did end, these pure functions find
+
+* the node ranks that did not arrive at a rendezvous that never completed: not created,
+  Pending (unschedulable), Running but never Ready with no report (a stuck launcher), or
+  failed before joining; the pods whose launcher reported `RendezvousTimeout` did arrive and
+  waited for the others;
+* when a rendezvous has hung with no launcher report at all (every launcher stuck): all pods
+  Running, not all Ready, for longer than the join timeout and a margin;
+* training that stopped progressing (opt-in, `runPolicy.progressTimeoutSeconds`, see
+  docs/progress.md): the launcher removes its `ready` file when the script's step counter
+  stops changing, so a pod that was Ready at rendezvous turns NotReady while still Running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .observe import PodView
+from .timefmt import fmt, seconds
+
+# After every pod is Running, launchers get joinTimeoutSeconds to rendezvous; the margin
+# covers their DNS wait (negative DNS caching included) and the readiness probe's period.
+RENDEZVOUS_MARGIN_SECONDS = 30.0
+# The trainer's readiness probe period (render/pod.py). A pod counts as stalled once it has
+# been NotReady for two periods: one slow `cat` under load is not a hang.
+PROBE_PERIOD_SECONDS = 5.0
+STALL_GRACE_SECONDS = 2 * PROBE_PERIOD_SECONDS
+
+# Launcher reports of pods that took part in the rendezvous: they timed out waiting, or lost
+# the store when its host gave up first.
+ARRIVED_STATES = ("RendezvousTimeout", "Failed")
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A node rank that did not join the rendezvous, and why."""
+
+    node_index: int
+    pod: str
+    node: str | None
+    why: str
+    order: int = 0  # most telling first: never started, failed, then stuck
+
+
+def _pending_why(pod: PodView) -> str:
+    detail = ", ".join(x for x in (pod.reason, pod.message) if x)
+    return f"never started (Pending{': ' + detail if detail else ''})"
+
+
+def absent_reason(
+    pod: PodView | None, now: float, join_timeout: int, slack: float = STALL_GRACE_SECONDS
+) -> tuple[int, str] | None:
+    """Why this node rank's pod did not join a rendezvous, with an ordering key (lower is
+    more telling); None when it did join, or may still be waiting: a Running pod without a
+    report is waiting for `join_timeout` (+ `slack`) after it started, stuck afterwards."""
+    if pod is None:
+        return 0, "was never created"
+    if pod.ready or pod.phase == "Succeeded":
+        return None
+    state = (pod.report or {}).get("state")
+    if pod.terminal and state in ARRIVED_STATES:
+        return None
+    if pod.terminating and not pod.terminal:
+        return 1, "was deleted before it joined"
+    if pod.phase == "Pending":
+        return 0, _pending_why(pod)
+    if pod.phase == "Running":
+        started = seconds(pod.started_at)
+        if started is not None and now < started + join_timeout + slack:
+            return None
+        return 2, "is Running but never joined (no Ready, no report from its launcher)"
+    if pod.phase == "Failed":
+        return 1, f"failed before it joined ({state or pod.reason or 'no report'})"
+    return 1, f"did not join ({pod.phase})"
+
+
+def absentees(
+    pods: Mapping[int, tuple[str, PodView | None]], now: float, join_timeout: int
+) -> list[Absent]:
+    """Node ranks (index -> (pod name, observed pod)) that did not arrive, most telling
+    first (never started, then failed, then stuck), by node rank within each."""
+    out = []
+    for i in sorted(pods):
+        name, pod = pods[i]
+        found = absent_reason(pod, now, join_timeout)
+        if found is not None:
+            order, why = found
+            out.append(Absent(i, name, pod.node if pod else None, why, order))
+    return sorted(out, key=lambda a: (a.order, a.node_index))
+
+
+def describe_absent(absent: list[Absent]) -> str:
+    parts = [f"node rank {a.node_index} (pod {a.pod}) {a.why}" for a in absent]
+    return "; ".join(parts)
+
+
+def _ranks(indices: list[int]) -> str:
+    word = "node rank" if len(indices) == 1 else "node ranks"
+    return f"{word} {', '.join(map(str, indices))}"
+
+
+def rendezvous_timeout_message(absent: list[Absent], waited: list[int], join_timeout: int) -> str:
+    """The message of a rendezvous that launchers reported as timed out."""
+    text = f"rendezvous did not complete: {describe_absent(absent)}"
+    if waited:
+        text += f"; {_ranks(waited)} waited joinTimeoutSeconds ({join_timeout}s) for it"
+    return text
+
+
+def rendezvous_hang_deadline(
+    pods: Mapping[int, PodView | None], rendezvous_done: bool, join_timeout: int
+) -> float | None:
+    """When a rendezvous that no launcher reported on counts as hung: every pod Running (so
+    every launcher had its chance), not all Ready, joinTimeoutSeconds + a margin after the
+    last of them started. None when that does not apply (yet)."""
+    if rendezvous_done or not pods:
+        return None
+    starts = []
+    for pod in pods.values():
+        if pod is None or pod.phase != "Running" or pod.terminating:
+            return None
+        started = seconds(pod.started_at)
+        if started is None:
+            return None
+        starts.append(started)
+    if all(p is not None and p.ready for p in pods.values()):
+        return None
+    return max(starts) + join_timeout + RENDEZVOUS_MARGIN_SECONDS
+
+
+def rendezvous_hang_message(absent: list[Absent], join_timeout: int) -> str:
+    return (
+        f"rendezvous did not complete within joinTimeoutSeconds ({join_timeout}s) + "
+        f"{RENDEZVOUS_MARGIN_SECONDS:g}s of every pod Running, and no launcher reported: "
+        f"{describe_absent(absent)}"
+    )
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """A pod that was training and went NotReady: its launcher saw no progress."""
+
+    node_index: int
+    pod: str
+    node: str | None
+    since: float  # when it turned NotReady
+
+
+def quiet_pods(pods: Mapping[int, PodView], rendezvous_at: float | None) -> list[Quiet]:
+    """Running pods that took part in the rendezvous (started before it completed) and are
+    NotReady now, earliest first. Elastic replacements that joined later are not judged."""
+    if rendezvous_at is None:
+        return []
+    out = []
+    for i, pod in pods.items():
+        if pod.phase != "Running" or pod.terminating or pod.ready:
+            continue
+        started = seconds(pod.started_at)
+        since = seconds(pod.ready_since)
+        if started is None or started > rendezvous_at or since is None:
+            continue
+        out.append(Quiet(i, pod.name, pod.node, max(since, rendezvous_at)))
+    return sorted(out, key=lambda q: (q.since, q.node_index))
+
+
+def stalled(quiet: list[Quiet], now: float) -> tuple[list[Quiet], float | None]:
+    """The quiet pods past the grace period, and (if none is yet) when the next one will be."""
+    due = [q for q in quiet if now >= q.since + STALL_GRACE_SECONDS]
+    if due:
+        return due, None
+    pending = [q.since + STALL_GRACE_SECONDS - now for q in quiet]
+    return [], min(pending) if pending else None
+
+
+def stall_message(due: list[Quiet], timeout: int) -> str:
+    who = "; ".join(
+        f"node rank {q.node_index} (pod {q.pod}"
+        + (f", node {q.node}" if q.node else "")
+        + f") NotReady since {fmt(q.since)}"
+        for q in due
+    )
+    return (
+        f"{_ranks([q.node_index for q in due])} reported no training progress for "
+        f"runPolicy.progressTimeoutSeconds ({timeout}s): {who}"
+    )

@@ -1,0 +1,145 @@
+"""Hangs no process reports: a rendezvous that never completes, training that goes quiet."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtj import REPO, apply, load_docs, wait_phase
+from kubernetes import client
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+SLEEP = "import time; time.sleep(3600)\n"
+
+
+def sleeper(name: str, nodes: int, **spec: Any) -> list[dict[str, Any]]:
+    """A job whose workers would just sleep (they never get that far in these tests)."""
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-script"},
+        "data": {"sleep.py": SLEEP},
+    }
+    trainer: dict[str, Any] = {
+        "name": "trainer",
+        "image": "python:3.11",
+        "command": ["python", "/workspace/sleep.py"],
+        "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
+    }
+    job = {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "nodes": nodes,
+            "nprocPerNode": 1,
+            "failurePolicy": {"maxRestarts": 0},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 3,
+                    "containers": [trainer],
+                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
+                }
+            },
+            **spec,
+        },
+    }
+    return [cm, job]
+
+
+def test_rendezvous_that_never_completes_names_the_node_rank_that_never_started(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    docs = sleeper("never-meets", 3, rendezvous={"joinTimeoutSeconds": 20})
+    # Each pod asks for 5 of a node's 8 CPUs: with 2 nodes one of the three stays Pending
+    # (which one is the scheduler's choice).
+    trainer = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    trainer["resources"] = {"requests": {"cpu": "5"}}
+    apply(kube, namespace, docs)
+    done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=150)
+    status = done["status"]
+    assert status["phase"] == "Failed", status
+    pending = [r["nodeRank"] for r in status["ranks"] if r["phase"] == "Pending"]
+    assert len(pending) == 1, status["ranks"]
+    (missing,) = pending
+    others = ", ".join(str(i) for i in range(3) if i != missing)
+    failure = status["failure"]
+    assert failure["reason"] == "RendezvousTimeout"
+    assert (failure["nodeRank"], failure["pod"]) == (missing, f"never-meets-{missing}"), failure
+    message = failure["message"]
+    # "(Pending: Unschedulable, 0/2 nodes are available ...)", unless the scheduler bound the
+    # pod in the room the timed-out pods freed just before the operator looked.
+    assert f"node rank {missing} (pod never-meets-{missing}) never started (Pending" in message
+    assert f"node ranks {others} waited joinTimeoutSeconds (20s)" in message
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RendezvousTimeout"
+    assert f"never-meets-{missing}" in failed["message"]
+
+
+def test_rendezvous_hung_with_every_launcher_stuck_fails_on_the_operators_timer(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    # Every launcher hangs before it starts (the interpreter imports this sitecustomize), so
+    # no pod ever turns Ready and no launcher ever reports.
+    docs = sleeper("stuck", 2, rendezvous={"joinTimeoutSeconds": 10})
+    docs[0]["data"]["sitecustomize.py"] = SLEEP
+    trainer = docs[1]["spec"]["template"]["spec"]["containers"][0]
+    trainer["env"] = [{"name": "PYTHONPATH", "value": "/workspace"}]
+    apply(kube, namespace, docs)
+    done = wait_phase(kube, namespace, "stuck", {"Succeeded", "Failed"}, timeout=150)
+    status = done["status"]
+    assert status["phase"] == "Failed", status
+    failure = status["failure"]
+    assert (failure["reason"], failure["kind"]) == ("RendezvousTimeout", "rendezvous")
+    message = failure["message"]
+    assert "joinTimeoutSeconds (10s)" in message and "no launcher reported" in message
+    for i in (0, 1):
+        assert f"node rank {i} (pod stuck-{i}) is Running but never joined" in message
+    assert all(r["phase"] == "Running" and not r["ready"] for r in status["ranks"])
+
+
+@pytest.mark.localkube  # reads the pods' container logs from the process node's files
+def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
+    kube: client.ApiClient, namespace: str, cluster: Any
+) -> None:
+    docs = load_docs(REPO / "examples" / "progress.yaml")
+    job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
+    spec = job["spec"]
+    spec["nprocPerNode"] = 1
+    spec["failurePolicy"] = {"maxRestarts": 0}
+    # Long enough for the workers to start (imports, process group) before step 1 on a
+    # loaded machine: the clock starts at rendezvous.
+    spec["runPolicy"] = {"progressTimeoutSeconds": 20}
+    trainer = spec["template"]["spec"]["containers"][0]
+    # Global rank 1 hangs after step 3; rank 0 trains on (weights averaged only at the end).
+    trainer["args"] = [
+        *["--steps", "400", "--step-sleep", "0.2", "--sync-every", "1000"],
+        *["--stall-rank", "1", "--stall-after-step", "3"],
+    ]
+    spec["template"]["spec"]["terminationGracePeriodSeconds"] = 3
+    apply(kube, namespace, copy.deepcopy(docs))
+    done = wait_phase(kube, namespace, "progress", {"Succeeded", "Failed"}, timeout=150)
+    status = done["status"]
+    assert status["phase"] == "Failed", status
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RestartBudgetExhausted"
+    assert "ProgressStalled" in failed["message"]
+    failure = status["failure"]
+    assert (failure["reason"], failure["kind"]) == ("ProgressStalled", "stalled")
+    assert "progressTimeoutSeconds (20s)" in failure["message"]
+    assert status["counters"]["infrastructureFailures"] == 1
+
+    # The pod named is the one whose rank hung: its launcher logged the stall, naming rank 1.
+    logs = Path(cluster.layout.node_state) / "logs" / namespace
+    text = {i: (logs / f"progress-{i}" / "trainer.log").read_text() for i in (0, 1)}
+    stalled = [i for i in (0, 1) if "rank 1: hanging after step 3" in text[i]]
+    assert stalled == [failure["nodeRank"]], {i: t[-2000:] for i, t in text.items()}
+    assert failure["pod"] == f"progress-{failure['nodeRank']}"
+    assert "progress stalled" in text[failure["nodeRank"]]
+    assert "ranks=1" in text[failure["nodeRank"]]
+    assert f"node rank {failure['nodeRank']} reported no training progress" in failure["message"]
+    other = 1 - failure["nodeRank"]
+    assert f"node rank {other}" not in failure["message"]

@@ -1,0 +1,271 @@
+"""Failures no launcher reports: absent node ranks, hung rendezvous, stalled progress."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from dtj_factory import at, iso, make_job, report, set_running, set_terminated, start, step
+from torchrun_operator.api.models import JobStatus
+from torchrun_operator.reconcile import hang
+from torchrun_operator.reconcile.observe import view
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+def unschedulable(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/2 nodes are available: 2 Insufficient cpu.",
+            }
+        ],
+    }
+    return pod
+
+
+def running(pod: dict[str, Any], ready: bool, t: float = 1, since: float | None = None) -> dict:
+    pod = set_running(pod, ready=ready, t=t)
+    pod["status"]["conditions"][0]["lastTransitionTime"] = iso(t if since is None else since)
+    return pod
+
+
+RDZV_TIMEOUT = report("RendezvousTimeout", message="rendezvous did not complete in time")
+
+
+# ---- a launcher-reported rendezvous timeout names who never arrived -------------------------
+
+
+def test_rendezvous_timeout_names_the_unschedulable_node_rank() -> None:
+    job, pods = start(make_job(nodes=3, rendezvous={"joinTimeoutSeconds": 20}))
+    pods = [running(pods[0], False), running(pods[1], False), unschedulable(pods[2])]
+    plan, job, pods = step(job, pods, 2)
+    assert plan.status["phase"] == "Starting"
+    pods = [
+        set_terminated(pods[0], 1, RDZV_TIMEOUT, t=22),
+        set_terminated(pods[1], 1, RDZV_TIMEOUT, t=22),
+        pods[2],
+    ]
+    # Decided at once: waiting would let pod 2 start in the room the others freed.
+    plan, job, pods = step(job, pods, 23)
+    status = plan.status
+    assert status["phase"] == "Failed"
+    failure = status["failure"]
+    assert failure["reason"] == "RendezvousTimeout"
+    assert (failure["nodeRank"], failure["pod"]) == (2, "job-2")
+    assert "node rank 2 (pod job-2) never started (Pending: Unschedulable" in failure["message"]
+    assert "Insufficient cpu" in failure["message"]
+    assert "node ranks 0, 1 waited joinTimeoutSeconds (20s)" in failure["message"]
+    assert "job-2" in cond(status, "Failed")["message"]
+    JobStatus.model_validate(status)
+
+
+def test_a_launcher_that_started_later_is_still_waiting_not_absent() -> None:
+    job, pods = start(make_job(nodes=3, rendezvous={"joinTimeoutSeconds": 20}))
+    pods = [
+        set_terminated(pods[0], 1, RDZV_TIMEOUT, t=21),
+        running(pods[1], False, t=8),  # its own join timeout runs until about 28
+        unschedulable(pods[2]),
+    ]
+    plan, _, _ = step(job, pods, 22)
+    failure = plan.status["failure"]
+    assert failure["nodeRank"] == 2
+    assert "node rank 1" not in failure["message"].split(";")[0]
+    assert "node ranks 0, 1 waited" in failure["message"]
+
+
+def test_a_pod_that_lost_the_store_host_had_joined() -> None:
+    lost = report("Failed", message="RendezvousConnectionError: connection to the C10d store")
+    job, pods = start(make_job(nodes=3))
+    pods = [
+        set_terminated(pods[0], 1, RDZV_TIMEOUT, t=20),
+        set_terminated(pods[1], 1, lost, t=21),
+        unschedulable(pods[2]),
+    ]
+    plan, _, _ = step(job, pods, 22)
+    assert plan.status["failure"]["nodeRank"] == 2
+    assert "node ranks 0, 1 waited" in plan.status["failure"]["message"]
+
+
+def test_rendezvous_timeout_names_a_running_pod_whose_launcher_never_joined() -> None:
+    job, pods = start(make_job(nodes=3))
+    pods = [
+        set_terminated(pods[0], 1, RDZV_TIMEOUT, t=20),
+        running(pods[1], False),
+        set_terminated(pods[2], 1, RDZV_TIMEOUT, t=20),
+    ]
+    plan, _, _ = step(job, pods, 1 + 600 + hang.STALL_GRACE_SECONDS)
+    failure = plan.status["failure"]
+    assert failure["nodeRank"] == 1
+    assert "node rank 1 (pod job-1) is Running but never joined" in failure["message"]
+    assert "node rank 0" not in failure["message"].split("waited")[0]
+
+
+def test_dns_timeout_keeps_the_reporting_pod_as_cause() -> None:
+    job, pods = start(make_job(nodes=1))
+    plan, _, _ = step(job, [set_terminated(pods[0], 1, report("DNSTimeout", message="no"))], 30)
+    assert plan.status["failure"]["nodeRank"] == 0
+    assert plan.status["failure"]["message"] == "no"
+
+
+# ---- a rendezvous that hangs with no report -------------------------------------------------
+
+
+def test_hung_rendezvous_with_every_launcher_silent_fails_after_timeout_and_margin() -> None:
+    job, pods = start(make_job(nodes=2, rendezvous={"joinTimeoutSeconds": 20}))
+    pods = [running(pods[0], False, t=3), running(pods[1], False, t=5)]
+    limit = 5 + 20 + hang.RENDEZVOUS_MARGIN_SECONDS
+    plan, job, pods = step(job, pods, 10)
+    assert plan.status["phase"] == "Running"
+    assert plan.requeue_after == pytest.approx(limit - 10)
+    plan, job2, _ = step(job, pods, limit - 1)
+    assert plan.status["phase"] == "Running"
+    plan, _, _ = step(job2, pods, limit)
+    status = plan.status
+    assert status["phase"] == "Failed"
+    assert cond(status, "Failed")["reason"] == "RendezvousTimeout"
+    failure = status["failure"]
+    assert failure["kind"] == "rendezvous" and failure["nodeRank"] == 0
+    assert "no launcher reported" in failure["message"]
+    assert "node rank 0 (pod job-0) is Running but never joined" in failure["message"]
+    assert "node rank 1 (pod job-1)" in failure["message"]
+    assert status["counters"]["userFailures"] == 1
+    assert sorted(plan.delete) == ["job-0", "job-1"]  # KeepFailed: Running pods go
+
+
+def test_hung_rendezvous_names_only_the_pods_that_are_not_ready() -> None:
+    job, pods = start(make_job(nodes=2))
+    pods = [running(pods[0], True), running(pods[1], False)]
+    plan, _, _ = step(job, pods, 1 + 600 + hang.RENDEZVOUS_MARGIN_SECONDS)
+    assert plan.status["failure"]["nodeRank"] == 1
+    assert "node rank 0" not in plan.status["failure"]["message"]
+
+
+def test_no_hang_timer_while_a_pod_is_not_running_or_after_rendezvous() -> None:
+    job, pods = start(make_job(nodes=2))
+    plan, _, _ = step(job, [running(pods[0], False), pods[1]], 5000)
+    assert plan.status["phase"] == "Starting" and "failure" not in plan.status
+    ready = [running(p, True) for p in pods]
+    plan, job, _ = step(job, ready, 2)
+    assert cond(plan.status, "RendezvousDone")["status"] == "True"
+    plan, _, _ = step(job, [running(p, False, since=100) for p in pods], 5000)
+    assert plan.status["phase"] == "Running"  # no progressTimeoutSeconds: not judged
+
+
+# ---- progress stalls ------------------------------------------------------------------------
+
+
+def training(spec: dict[str, Any], nodes: int = 2) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    job, pods = start(make_job(nodes=nodes, **spec))
+    pods = [running(p, True, t=1) for p in pods]
+    plan, job, pods = step(job, pods, 5)
+    assert cond(plan.status, "RendezvousDone")["status"] == "True"
+    return job, pods
+
+
+PROGRESS = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"backoffSeconds": 0}}
+
+
+def test_a_pod_that_goes_quiet_after_rendezvous_is_a_stall_and_restarts_the_gang() -> None:
+    job, pods = training(PROGRESS)
+    pods = [pods[0], running(pods[1], False, since=100)]
+    plan, job2, _ = step(job, pods, 100 + hang.STALL_GRACE_SECONDS - 1)
+    assert plan.status["phase"] == "Running"
+    assert plan.requeue_after == pytest.approx(1)
+    plan, _, _ = step(job2, pods, 100 + hang.STALL_GRACE_SECONDS)
+    status = plan.status
+    assert status["phase"] == "Restarting" and status["attempt"] == 1
+    failure = status["failure"]
+    assert (failure["reason"], failure["kind"]) == ("ProgressStalled", "stalled")
+    assert (failure["nodeRank"], failure["pod"]) == (1, "job-1")
+    assert "node rank 1 reported no training progress" in failure["message"]
+    assert "progressTimeoutSeconds (60s)" in failure["message"]
+    assert status["restarts"][-1]["kind"] == "infrastructure"
+    assert status["restarts"][-1]["reason"] == "ProgressStalled"
+    assert status["counters"]["infrastructureFailures"] == 1
+    assert sorted(plan.delete) == ["job-0", "job-1"]
+    JobStatus.model_validate(status)
+
+
+def test_stall_with_spent_budget_fails_naming_every_quiet_rank() -> None:
+    job, pods = training({**PROGRESS, "failurePolicy": {"maxRestarts": 0}}, nodes=3)
+    pods = [running(pods[0], False, since=50), pods[1], running(pods[2], False, since=48)]
+    plan, _, _ = step(job, pods, 70)
+    status = plan.status
+    assert status["phase"] == "Failed"
+    assert cond(status, "Failed")["reason"] == "RestartBudgetExhausted"
+    assert status["failure"]["reason"] == "ProgressStalled"
+    assert status["failure"]["nodeRank"] == 2  # went quiet first
+    assert "node ranks 2, 0 reported no training progress" in status["failure"]["message"]
+    assert [r.get("reason") for r in status["ranks"]] == [
+        "ProgressStalled",
+        None,
+        "ProgressStalled",
+    ]
+
+
+def test_a_pod_that_joined_after_rendezvous_is_not_judged_by_progress() -> None:
+    job, pods = training(PROGRESS)
+    late = running(pods[1], False, t=200, since=200)
+    plan, _, _ = step(job, [pods[0], late], 300)
+    assert plan.status["phase"] == "Running"
+
+
+# ---- the pure pieces ------------------------------------------------------------------------
+
+
+def pod_view(**status: Any) -> Any:
+    return view({"metadata": {"name": "p"}, "spec": {}, "status": status}, "trainer")
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        ({"phase": "Pending"}, "never started (Pending)"),
+        ({"phase": "Running"}, "is Running but never joined"),  # no start time: stuck
+        ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, None),
+        ({"phase": "Succeeded"}, None),
+        ({"phase": "Failed", "reason": "Evicted"}, "failed before it joined (Evicted)"),
+    ],
+)
+def test_absent_reason(status: dict[str, Any], why: str | None) -> None:
+    got = hang.absent_reason(pod_view(**status), at(0).timestamp(), 600)
+    assert (got is None) if why is None else (got is not None and got[1].startswith(why))
+
+
+def test_a_running_pod_is_waiting_until_its_join_timeout_then_stuck() -> None:
+    pod = pod_view(
+        phase="Running",
+        containerStatuses=[{"name": "trainer", "state": {"running": {"startedAt": iso(0)}}}],
+    )
+    limit = 20 + hang.STALL_GRACE_SECONDS
+    assert hang.absent_reason(pod, at(limit - 1).timestamp(), 20) is None
+    got = hang.absent_reason(pod, at(limit).timestamp(), 20)
+    assert got is not None and got[1].startswith("is Running but never joined")
+
+
+def test_absent_reason_of_a_pod_never_created_or_that_waited() -> None:
+    assert hang.absent_reason(None, 0, 1) == (0, "was never created")
+    waited = {
+        "phase": "Failed",
+        "containerStatuses": [
+            {"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": RDZV_TIMEOUT}}}
+        ],
+    }
+    assert hang.absent_reason(pod_view(**waited), 0, 1) is None
+
+
+def test_stalled_waits_for_the_grace_period() -> None:
+    q = [hang.Quiet(0, "p", None, at(10).timestamp())]
+    due, wait = hang.stalled(q, at(12).timestamp())
+    assert due == [] and wait == pytest.approx(hang.STALL_GRACE_SECONDS - 2)
+    due, wait = hang.stalled(q, at(10 + hang.STALL_GRACE_SECONDS).timestamp())
+    assert due == q and wait is None
