@@ -190,26 +190,34 @@ def worker_pids(root: int) -> dict[int, int]:
     return found
 
 
-def pod_by_index(kube: client.ApiClient, ns: str, job: str, index: int) -> Any:
-    pods = [
+def live_pods(kube: client.ApiClient, ns: str, job: str, index: int) -> list[Any]:
+    return [
         p
         for p in job_pods(kube, ns, job)
         if p.metadata.labels.get("torchrun.dev/node-rank") == str(index)
         and not p.metadata.deletion_timestamp
     ]
+
+
+def pod_by_index(kube: client.ApiClient, ns: str, job: str, index: int) -> Any:
+    pods = live_pods(kube, ns, job, index)
     assert len(pods) == 1, [p.metadata.name for p in pods]
     return pods[0]
 
 
 def wait_training(
-    cluster: Any, kube: client.ApiClient, ns: str, job: str, index: int, ckpt: Path
+    cluster: Any, kube: client.ApiClient, ns: str, job: str, index: int, ckpt: Path | None
 ) -> tuple[Any, dict[int, int]]:
-    """Once a checkpoint exists and pod `index` runs workers: the pod and its workers."""
+    """Once a checkpoint exists in `ckpt` (unless None) and pod `index` runs workers: the pod
+    and its workers."""
 
     def ready() -> tuple[Any, dict[int, int]] | None:
-        if not (ckpt / "checkpoint.pt").exists():
+        if ckpt is not None and not (ckpt / "checkpoint.pt").exists():
             return None
-        pod = pod_by_index(kube, ns, job, index)
+        pods = live_pods(kube, ns, job, index)
+        if len(pods) != 1:
+            return None
+        pod = pods[0]
         root = launcher_pid(cluster, ns, pod)
         workers = worker_pids(root) if root else {}
         return (pod, workers) if workers else None
@@ -300,7 +308,7 @@ def assert_one_restart_and_resumed(
     # Every pod of the finished attempt is a new one (pod names carry the attempt).
     assert all(r["pod"].endswith("-a1") for r in status["ranks"]), status["ranks"]
     log = pod_log(cluster, ns, rank_zero_pod(status))
-    assert "resumed from /checkpoints/checkpoint.pt" in log, log[-3000:]
+    assert "resumed from /checkpoints/checkpoint.pt" in log, (status, log[-3000:])
     assert final_checksum(log) == reference
     return status
 
@@ -337,8 +345,24 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
 ) -> None:
     name = "lost-node"
-    # Long enough to outlast the node monitor's grace period (20 s) before the eviction.
-    doc = job_doc(name, train_command(EPOCHS, 1.0), ckpt_dir=ckpt)
+    # The node goes NotReady 20-25 s after its heartbeats stop (the node monitor's grace
+    # period), its pods are evicted 2 s later: what is left of training after the first
+    # checkpoint (at least 7 x 8 x 0.75 s) lasts longer.
+    doc = job_doc(name, train_command(EPOCHS, 0.75), ckpt_dir=ckpt)
+    # One pod per node while both nodes are up; the new gang fits on the surviving one.
+    doc["spec"]["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {"torchrun.dev/job-name": name}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
     apply(kube, namespace, [script_configmap(name), doc])
     pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
     node = pod.spec.node_name
@@ -414,7 +438,8 @@ def test_retryable_exit_code_restarts_the_gang(
     assert (ckpt / "failed-once").exists()
     assert status["attempt"] == 1, status
     [record] = status["restarts"]
-    assert record["rank"] == 1 and record["kind"] == "infrastructure", record
+    assert record["rank"] == 1 and record["reason"] == "NonZeroExit", record
+    assert status["failure"]["exitCode"] == 42, status["failure"]
     assert status["counters"]["restarts"] == 1
 
 

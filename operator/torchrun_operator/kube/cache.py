@@ -78,6 +78,20 @@ class PodCache:
                 pods[name] = pod
         return key
 
+    def put_if_cached(self, pod: Obj) -> None:
+        """Update a pod only while this incarnation (uid) is still cached: for the response to
+        our own DELETE, which may arrive after the watch's DELETED event (a terminal pod is
+        deleted at once). Put unconditionally, it would resurrect the pod until the next re-list."""
+        key = self.job_key(pod)
+        if key is None:
+            return
+        meta = pod["metadata"]
+        with self._lock:
+            old = self._by_job.get(key, {}).get(meta["name"])
+            same = old is not None and old["metadata"].get("uid") == meta.get("uid")
+            if same and is_newer(pod, old):
+                self._by_job[key][meta["name"]] = pod
+
     def remove(self, pod: Obj) -> JobKey | None:
         key = self.job_key(pod)
         if key is None:

@@ -179,7 +179,14 @@ def lost_candidate(
 def root_cause(candidates: list[Candidate]) -> Candidate:
     t0 = min(c.at for c in candidates)
     window = [c for c in candidates if c.at <= t0 + WINDOW]
-    pool = [c for c in window if c.kind == "exception"] or window
+    # A communication error is a consequence of another failure, never its cause: it loses
+    # to any other failure in the window, even one stamped later (torchrun stamps a failure
+    # without an error file in whole seconds, a recorded error to the millisecond).
+    pool = (
+        [c for c in window if c.kind == "exception"]
+        or [c for c in window if c.kind != "comm"]
+        or window
+    )
     return min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))
 
 
