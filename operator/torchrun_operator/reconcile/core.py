@@ -505,10 +505,6 @@ def _hung(ctx: _Ctx, seen: _Seen) -> bool:
     return True
 
 
-def _restart_kind(cause: Candidate) -> str:
-    return "user" if cause.kind in ("exception", "exit") else "infrastructure"
-
-
 def _record_restart(ctx: _Ctx, record: dict[str, Any]) -> None:
     entry = {"attempt": ctx.attempt, "at": ctx.stamp, **record}
     history = [
@@ -530,7 +526,9 @@ def _gang_restart(ctx: _Ctx, cause: Candidate) -> None:
             "reason": cause.reason,
             "rank": cause.rank,
             "nodeRank": cause.node_index,
-            "kind": _restart_kind(cause),
+            # Only infrastructure failures (a retryable exit code included) are restarted;
+            # user errors fail the job.
+            "kind": "infrastructure",
         },
     )
     delay = _backoff(ctx.spec, counters["restarts"])

@@ -50,3 +50,16 @@ def test_a_retryable_exit_code_is_the_cause_of_the_restart() -> None:
     st = _two_nodes_fail("exit", 42, retryable=[42])
     assert st["phase"] == "Restarting" and st["attempt"] == 1
     assert st["failure"]["rank"] == 3 and st["failure"]["exitCode"] == 42
+
+
+def test_a_retryable_exit_code_is_recorded_as_an_infrastructure_restart() -> None:
+    job, pods = start(
+        make_job(nodes=1, failurePolicy={"maxRestarts": 2, "retryableExitCodes": [42]})
+    )
+    failed = set_terminated(
+        pods[0], 42, report("Failed", [0], [failure(0, "exit", 10, exit_code=42)]), t=10
+    )
+    plan, _, _ = step(job, [failed], 11)
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["restarts"][-1]["kind"] == "infrastructure"
+    assert plan.status["counters"]["infrastructureFailures"] == 1
