@@ -1,0 +1,72 @@
+"""torchrun's own worker restarts (spec.torchrun.maxRestarts) happen inside the pods, without
+a gang restart, and show in each rank's status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dtj import apply, wait_phase
+from kubernetes import client
+
+pytestmark = pytest.mark.usefixtures("operator")
+
+SCRIPT = """\
+import os
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+# The first round fails on global rank 1 only; torchrun restarts the workers in place.
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0" and dist.get_rank() == 1:
+    raise RuntimeError("first round fails")
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _docs() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "flaky-script"},
+            "data": {"flaky.py": SCRIPT},
+        },
+        {
+            "apiVersion": "torchrun.dev/v1alpha1",
+            "kind": "DistributedTrainingJob",
+            "metadata": {"name": "flaky"},
+            "spec": {
+                "nodes": 2,
+                "nprocPerNode": 1,
+                "torchrun": {"maxRestarts": 1},
+                "failurePolicy": {"maxRestarts": 0},
+                "template": {
+                    "spec": {
+                        "terminationGracePeriodSeconds": 5,
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "image": "pytorch/pytorch",
+                                "command": ["python", "/workspace/flaky.py"],
+                                "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
+                            }
+                        ],
+                        "volumes": [{"name": "script", "configMap": {"name": "flaky-script"}}],
+                    }
+                },
+            },
+        },
+    ]
+
+
+def test_in_pod_worker_restarts_are_counted_per_rank(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    apply(kube, namespace, _docs())
+    done = wait_phase(kube, namespace, "flaky", {"Succeeded", "Failed"})
+    status = done["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status.get("attempt", 0) == 0, "an in-pod restart must not become a gang restart"
+    assert [r.get("restarts") for r in status["ranks"]] == [1, 1], status["ranks"]
