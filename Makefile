@@ -39,3 +39,4 @@ demo: build venv
 	LOCALKUBE_BIN=$(BIN) hack/demo.sh
 
 -include mk/images.mk
+-include mk/bench.mk

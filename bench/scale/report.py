@@ -1,0 +1,99 @@
+"""The comparison table and the README section. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .workloads import DIRECT, KUBEFLOW, OURS, Workload
+
+# (key, label, unit) in the order the table lists them; every figure: lower is better.
+FIGURES: list[tuple[str, str, str]] = [
+    ("pods_created_s", "apply -> all pods created", "s"),
+    ("pods_running_s", "apply -> every pod Running", "s"),
+    ("jobs_running_s", "apply -> every job Running (its status)", "s"),
+    ("finish_lag_max_s", "last pod finished -> job Succeeded (max over jobs)", "s"),
+    ("status_lag_p50_s", "pod change -> job status, p50", "s"),
+    ("status_lag_p95_s", "pod change -> job status, p95", "s"),
+    ("status_lag_max_s", "pod change -> job status, max", "s"),
+    ("api_requests_per_job", "API requests per job", ""),
+    ("cpu_s", "operator CPU", "s"),
+    ("peak_rss_mib", "operator peak RSS", "MiB"),
+    ("restart_s", "one pod fails -> every pod Running again", "s"),
+    ("restart_status_noticed_s", "one pod fails -> job status says Restarting", "s"),
+    ("restart_after_decision_s", "job says Restarting -> every pod Running again", "s"),
+    ("restart_pods_replaced", "pods replaced by that restart", ""),
+]
+
+
+def value(result: dict[str, Any], key: str) -> Any:
+    """A stored figure, or one derived from stored ones."""
+    if key == "restart_after_decision_s":
+        total, noticed = result.get("restart_s"), result.get("restart_status_noticed_s")
+        return total - noticed if total is not None and noticed is not None else None
+    return result.get(key)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.2f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def _ratio(ours: Any, theirs: Any) -> str:
+    if not isinstance(ours, int | float) or not isinstance(theirs, int | float):
+        return "n/a"
+    if ours <= 0 or theirs < 0:
+        return "n/a"
+    return f"{theirs / ours:.2f}x"
+
+
+def rows(w: Workload, results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
+    """(figure, ours, training-operator, ratio training-operator/ours, direct client)."""
+    ours, theirs, direct = (results.get(k) or {} for k in (OURS, KUBEFLOW, DIRECT))
+    out = []
+    for key, label, unit in FIGURES:
+        if key.startswith("restart") and not w.gang_restart:
+            continue
+        name = f"{label} ({unit})" if unit else label
+        d = value(direct, key) if key in ("pods_created_s", "pods_running_s") else None
+        a, b = value(ours, key), value(theirs, key)
+        out.append((name, _fmt(a), _fmt(b) if theirs else "not run", _ratio(a, b), _fmt(d)))
+    return out
+
+
+HEADER = ("figure", OURS, KUBEFLOW, "ratio", "direct client (no operator)")
+
+
+def markdown_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        f"**{w.name}**: {w.jobs} job(s) x {w.nodes} node(s) = {w.pods} pods, "
+        f"each Running {w.run_seconds}s",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * (len(HEADER) - 1)) + " |",
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(w, results)]
+    return "\n".join(lines)
+
+
+def text_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
+    table = [HEADER, *rows(w, results)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
+    head = f"== {w.name}: {w.jobs} x {w.nodes} = {w.pods} pods"
+    body = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)) for r in table]
+    return "\n".join([head, *body])
+
+
+BEGIN = "<!-- bench-scale:begin -->"
+END = "<!-- bench-scale:end -->"
+
+
+def replace_section(readme: str, section: str) -> str:
+    """Swaps the text between the markers (appending them if absent); the rest stays."""
+    block = f"{BEGIN}\n{section.rstrip()}\n{END}"
+    if BEGIN in readme and END in readme:
+        head, rest = readme.split(BEGIN, 1)
+        return head + block + rest.split(END, 1)[1]
+    return readme.rstrip() + "\n\n" + block + "\n"

@@ -1,0 +1,384 @@
+"""Runs the workloads: for each, the direct client, our operator and training-operator, one
+at a time on the same cluster, each in a fresh namespace that is emptied afterwards."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from localkube import procs
+from localkube.testing import pick_base
+
+from . import audit, figures, report
+from .harness import (
+    DIRECT_USER,
+    REPO,
+    USERS,
+    AuditLog,
+    BenchCluster,
+    BenchError,
+    Kubeflow,
+    OperatorProc,
+    Ours,
+    Recorder,
+    api_client,
+    apply_crd,
+    clean_namespace,
+    create_namespace,
+    create_nodes,
+    create_raw,
+    kwok_argv,
+    parallel,
+    wait,
+)
+from .workloads import (
+    DIRECT,
+    FAIL_EXIT_CODE,
+    FULL,
+    KUBEFLOW,
+    OURS,
+    SMOKE,
+    Workload,
+    direct_pod,
+    job_label,
+    kubeflow_job,
+    ours_job,
+)
+
+SHORT = {OURS: "ours", KUBEFLOW: "kf", DIRECT: "direct"}
+JOB_PATHS = {
+    OURS: ("torchrun.dev/v1alpha1", "distributedtrainingjobs"),
+    KUBEFLOW: ("kubeflow.org/v1", "pytorchjobs"),
+}
+
+
+def bin_dir() -> Path:
+    env = os.environ.get("LOCALKUBE_BIN")
+    if env:
+        return Path(env)
+    out = subprocess.run(
+        ["bash", str(REPO / "cluster" / "build.sh"), "all"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        raise BenchError(f"cluster/build.sh all failed:\n{out.stderr[-4000:]}")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class Bench:
+    def __init__(self, workdir: Path, kinds: list[str], workers: int, log: Any) -> None:
+        self.workdir, self.kinds, self.log = workdir, kinds, log
+        self.bins = bin_dir()
+        missing = [b for b in ["kwok"] if not (self.bins / b).exists()]
+        if missing:
+            raise BenchError(f"missing {missing} in {self.bins}: run cluster/build.sh all")
+        self.cluster = BenchCluster(
+            workdir / "cluster", name=f"bs{os.getpid()}"[:12], base=pick_base(), nodes=[],
+            die_with_parent=True,
+        )  # fmt: skip
+        logs = workdir / "cluster" / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        policy = workdir / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(audit.policy([*USERS.values(), DIRECT_USER])))
+        self.audit = AuditLog(logs / "audit.log")
+        BenchCluster.audit_flags = audit.apiserver_flags(str(policy), str(self.audit.path))
+        self.workers = workers
+        self.kwok: Any = None
+        self.api: Any = None
+        self.ops: dict[str, OperatorProc] = {}
+
+    def up(self, nodes: int) -> None:
+        t = time.monotonic()
+        self.cluster.up(timeout=180)
+        self.api = api_client(self.cluster.kubeconfig)
+        cidr = f"10.{self.cluster.net.base}.128.0/17"
+        self.kwok = procs.start(
+            kwok_argv(self.bins, self.cluster.kubeconfig, cidr),
+            self.cluster.logs_dir / "kwok.log", die_with_parent=True,
+        )  # fmt: skip
+        create_nodes(self.api, nodes)
+        apply_crd(self.api, yaml.safe_load((REPO / "crds/torchrun.dev_distributedtrainingjobs.yaml")
+                                           .read_text()))  # fmt: skip
+        opdir = self.workdir / "operators"
+        opdir.mkdir(exist_ok=True)
+        if OURS in self.kinds:
+            self.ops[OURS] = Ours(self.cluster, opdir, self.bins, self.workers)
+        if KUBEFLOW in self.kinds:
+            binary = self.bins / f"training-operator-{Kubeflow.version()}"
+            if not binary.exists():
+                raise BenchError(f"missing {binary}: run cluster/build.sh all")
+            Kubeflow.install(self.api)
+            self.ops[KUBEFLOW] = Kubeflow(self.cluster, opdir, self.bins)
+        self.log(f"cluster with {nodes} KWOK nodes up in {time.monotonic() - t:.0f}s")
+
+    def down(self) -> None:
+        if self.kwok is not None and self.kwok.poll() is None:
+            procs.stop(self.kwok.pid, grace=5)
+        for op in self.ops.values():
+            op.stop()
+        if self.api is not None:
+            self.api.close()
+        self.cluster.down()
+
+    # -- one run ----------------------------------------------------------------------------
+
+    def run(self, w: Workload, kind: str) -> dict[str, Any]:
+        ns = f"{w.name}-{SHORT[kind]}"
+        create_namespace(self.api, ns)
+        rec = Recorder(self.api, ns, kind, job_label(kind))
+        rec.start()
+        op = self.ops.get(kind)
+        if op is not None:
+            op.start()
+        offset = self.audit.offset()
+        names = w.job_names()
+        timeout = 240 + 3 * w.run_seconds
+        t0 = time.time()
+        if kind == DIRECT:
+            pods = [direct_pod(w, j, i) for j in names for i in range(w.nodes)]
+            parallel(pods, lambda p: create_raw(self.api, f"/api/v1/namespaces/{ns}/pods", p))
+        else:
+            gv, plural = JOB_PATHS[kind]
+            make = ours_job if kind == OURS else kubeflow_job
+            path = f"/apis/{gv}/namespaces/{ns}/{plural}"
+            parallel([make(w, n) for n in names], lambda j: create_raw(self.api, path, j))
+        fault_uid = None
+        try:
+            if kind == DIRECT or w.gang_restart:
+                wait(
+                    f"{ns}: every pod Running",
+                    lambda: (
+                        rec.check()
+                        and len(figures.all_running_times(list(rec.pods), w.nodes)) == len(names)
+                    ),
+                    timeout,
+                    0.1,
+                )
+            if w.gang_restart and kind != DIRECT:
+                # Fail a pod only once the job's own status counts every pod running.
+                wait(
+                    f"{ns}: job status Running",
+                    lambda: rec.check() and self._running(rec, names),
+                    timeout,
+                    0.1,
+                )
+                fault_uid = self._fail_one(ns, rec, names[0])
+            if kind != DIRECT:
+                wait(
+                    f"{ns}: every job finished",
+                    lambda: rec.check() and self._finished(rec, names),
+                    timeout,
+                    0.2,
+                )
+        except BenchError as e:
+            raise BenchError(f"{kind} did not bring {ns} to its final state: {e}\n"
+                             f"{self._job_summary(rec, names)}") from None  # fmt: skip
+        t_end = time.time()
+        out: dict[str, Any] = {}
+        if op is not None:
+            cpu, rss = op.usage()
+            op.stop()
+            requests = self.audit.count(op.user, t0, t_end, offset)
+            out.update(
+                cpu_s=cpu,
+                peak_rss_mib=rss,
+                api_requests=requests.total,
+                api_requests_per_job=round(requests.total / len(names), 1),
+                api_requests_by_verb=dict(requests.by_verb),
+                api_requests_by_resource=dict(requests.by_resource),
+            )
+        rec.stop()
+        out["watch_relists"] = rec.relists
+        if rec.errors:
+            raise BenchError(f"{ns}: watch errors: {rec.errors[:3]}")
+        out.update(figures.compute(w, kind, list(rec.pods), list(rec.jobs), t0, fault_uid))
+        if kind != DIRECT and out["jobs_succeeded"] != len(names):
+            raise BenchError(
+                f"{kind}: {out['jobs_succeeded']}/{len(names)} jobs of {ns} Succeeded, "
+                f"{out['jobs_failed']} Failed\n{self._job_summary(rec, names)}"
+            )
+        kinds = [JOB_PATHS[kind]] if kind in JOB_PATHS else []
+        clean_namespace(self.api, ns, kinds)
+        out["wall_s"] = round(time.time() - t0, 1)
+        return out
+
+    def _fail_one(self, ns: str, rec: Recorder, job: str) -> str:
+        """Fails the job's second pod (by name: a worker, never rank 0 / the master) with exit
+        code 137, as the OOM killer or a lost node would; KWOK's bench-pod-fail stage does."""
+        latest = {p.uid: p for p in rec.pods if p.job == job}
+        alive = sorted((p for p in latest.values() if p.phase == "Running"), key=lambda p: p.name)
+        victim = alive[1] if len(alive) > 1 else alive[0]
+        client.CoreV1Api(self.api).patch_namespaced_pod(
+            victim.name, ns, {"metadata": {"annotations": {FAIL_EXIT_CODE: "137"}}}
+        )
+        return victim.uid
+
+    @staticmethod
+    def _running(rec: Recorder, names: list[str]) -> bool:
+        latest = {j.name: j for j in rec.jobs}
+        return all(n in latest and latest[n].running for n in names)
+
+    @staticmethod
+    def _finished(rec: Recorder, names: list[str]) -> bool:
+        latest = {j.name: j for j in rec.jobs}
+        return all(n in latest and (latest[n].succeeded or latest[n].failed) for n in names)
+
+    @staticmethod
+    def _job_summary(rec: Recorder, names: list[str]) -> str:
+        latest = {j.name: j for j in rec.jobs}
+        lines = []
+        for n in names[:10]:
+            j = latest.get(n)
+            lines.append(f"  {n}: {j if j else 'no status seen'}")
+        return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}"
+
+
+HOW = """\
+How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized version):
+
+- One localkube control plane (etcd, kube-apiserver, controller-manager, scheduler; no process
+  node) and [KWOK](https://kwok.sigs.k8s.io) v0.7.0 faking one Node per pod, each with
+  `nvidia.com/gpu: 8`; every pod asks for 8 GPUs, so one pod per node as users run them.
+  `bench/kwok/stages.yaml`: a bound pod turns Running and Ready at once, Succeeded (exit 0)
+  after its `bench.torchrun.dev/run-seconds`, Failed when the benchmark annotates it with
+  `bench.torchrun.dev/fail-exit-code`; a deleted pod goes at once.
+- Our operator: `python -m torchrun_operator.main --all-namespaces --workers 4`. Kubeflow
+  training-operator v1.9.3, built by `cluster/build.sh all` from its Go module, as a local
+  process with its own defaults (PyTorchJob only, 1 controller thread, client QPS 20 / burst
+  30, gang scheduling off). Equivalent jobs: a DistributedTrainingJob of N nodes; a PyTorchJob
+  of 1 Master + N-1 Workers, `restartPolicy: ExitCode`. Each runs alone, started fresh, in a
+  namespace of its own that is emptied before the next run.
+- Times come from the benchmark's own watches on pods and jobs (its clock on arrival).
+  "Job status" lag: the k-th pod of a job to start (or finish) is reflected once the job's
+  status counts k started (finished) pods: our `status.nodes`, training-operator's
+  `replicaStatuses`. API requests: the apiserver's audit log (metadata, one event per request)
+  counted by the operator's user, from the first create to the last job finished. CPU and
+  peak RSS: `/proc/<pid>` of the operator process (utime+stime over the run, VmHWM).
+- Gang restart (512-node job): once the job says Running, one worker pod is failed with exit
+  code 137. Ours deletes and recreates all 512 pods (a new rendezvous), after waiting 10 s
+  for other nodes' reports (`SETTLE_SECONDS`: a pod failing on its own, while the others keep
+  running, is what KWOK shows; with real torchrun the others exit within seconds and the wait
+  ends early); no back-off (`backoffSeconds: 0`). training-operator replaces only the failed
+  pod, so the other 511 keep a rendezvous that real torchrun would have torn down.
+- training-operator marks a PyTorchJob Succeeded when its Master succeeds, so "last pod
+  finished -> job Succeeded" can be negative for it (workers still running).
+"""
+
+
+def readme_section(results: dict[str, Any], workloads: list[Workload], meta: dict[str, Any]) -> str:
+    parts = [
+        "## Control-plane scale (KWOK), side by side with Kubeflow training-operator",
+        "",
+        f"Measured {meta['date']} on {meta['machine']}, `make bench` "
+        f"({meta['total_s'] / 60:.0f} minutes in all). Ratio = training-operator / ours: above "
+        "1, ours is lower (better) on that line. The direct client creates the same pods with "
+        "no operator (16 threads): the machine's limit for creating and starting pods.",
+        "",
+    ]
+    for w in workloads:
+        parts += [report.markdown_table(w, results[w.name]), ""]
+    parts += [HOW]
+    notes = meta.get("notes") or []
+    if notes:
+        parts += ["Notes from this run:", "", *[f"- {n}" for n in notes], ""]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    p.add_argument("--smoke", action="store_true", help="tiny workloads (CI)")
+    p.add_argument("--kinds", default=",".join([DIRECT, OURS, KUBEFLOW]))
+    p.add_argument("--workloads", default="", help="comma-separated names (default: all)")
+    p.add_argument("--workers", type=int, default=4, help="our operator's --workers")
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--readme", type=Path, help="update this README's scale section")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    p.add_argument("--render", type=Path, help="run nothing: rebuild --readme from this JSON")
+    args = p.parse_args(argv)
+    if args.render:
+        data = json.loads(args.render.read_text())
+        meta, loads = data["meta"], [Workload(**w) for w in data["meta"]["workloads"]]
+        for w in loads:
+            print(report.text_table(w, data["results"][w.name]))
+        if args.readme:
+            text = args.readme.read_text() if args.readme.exists() else "# Benchmarks\n"
+            section = readme_section(data["results"], loads, meta)
+            args.readme.write_text(report.replace_section(text, section))
+        return 0
+    aliases = {**{v: k for k, v in SHORT.items()}, **{k: k for k in SHORT}}
+    unknown = [k for k in args.kinds.split(",") if k and k not in aliases]
+    if unknown:
+        p.error(f"unknown --kinds {unknown}; choose from {sorted(aliases)}")
+    kinds = [aliases[k] for k in args.kinds.split(",") if k]
+    workloads = SMOKE if args.smoke else FULL
+    if args.workloads:
+        wanted = set(args.workloads.split(","))
+        workloads = [w for w in workloads if w.name in wanted]
+
+    def log(msg: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    log(f"work directory {workdir}")
+    started = time.time()
+    results: dict[str, dict[str, Any]] = {w.name: {} for w in workloads}
+    bench = Bench(workdir, kinds, args.workers, log)
+    failed: str | None = None
+    try:
+        bench.up(max(w.pods for w in workloads))
+        for w in workloads:
+            for kind in kinds:
+                log(f"{w.name} ({w.jobs} x {w.nodes}): {kind} ...")
+                results[w.name][kind] = bench.run(w, kind)
+                log(f"{w.name}: {kind} done in {results[w.name][kind]['wall_s']}s")
+    except BenchError as e:
+        failed = str(e)
+    finally:
+        bench.down()
+    total = time.time() - started
+    for w in workloads:
+        print(report.text_table(w, results[w.name]), flush=True)
+    meta = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine(),
+        "total_s": total,
+        "kinds": kinds,
+        "workloads": [w.__dict__ for w in workloads],
+    }
+    if args.json:
+        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    if failed:
+        print(f"BENCHMARK FAILED: {failed}", file=sys.stderr, flush=True)
+        print(f"logs kept in {workdir}", file=sys.stderr)
+        return 1
+    if args.readme:
+        text = args.readme.read_text() if args.readme.exists() else "# Benchmarks\n"
+        args.readme.write_text(report.replace_section(text, readme_section(results, workloads,
+                                                                           meta)))  # fmt: skip
+    if not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    log(f"done in {total:.0f}s")
+    return 0

@@ -1,0 +1,59 @@
+"""The control-plane benchmark (bench/scale) end to end on tiny workloads: its own localkube
+cluster with KWOK fake GPU nodes, our operator, Kubeflow's training-operator and the direct
+client. Every job must reach Succeeded (the benchmark exits non-zero otherwise) and the
+table must hold every figure for every workload."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from bench.scale import report  # noqa: E402
+from bench.scale.workloads import DIRECT, KUBEFLOW, OURS, SMOKE  # noqa: E402
+
+pytestmark = pytest.mark.localkube
+
+
+def test_bench_scale_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "results.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "cluster"), str(REPO / "operator")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.scale", "--smoke", "--json", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    results = json.loads(out.read_text())["results"]
+    for w in SMOKE:
+        got = results[w.name]
+        for kind in (OURS, KUBEFLOW):
+            assert got[kind]["jobs_succeeded"] == w.jobs, (kind, w.name, got[kind])
+            assert got[kind]["pods"] == w.pods, (kind, w.name)
+        assert got[DIRECT]["pods_running_s"] is not None
+        # The table has a row for every figure, and the figures are there for both.
+        rows = report.rows(w, got)
+        expected = [
+            k for k, _, _ in report.FIGURES if w.gang_restart or not k.startswith("restart")
+        ]
+        assert len(rows) == len(expected)
+        both = ["pods_created_s", "pods_running_s", "jobs_running_s", "api_requests_per_job"]
+        both += ["cpu_s", "peak_rss_mib", "status_lag_max_s", "finish_lag_max_s"]
+        both += ["restart_s", "restart_pods_replaced"] if w.gang_restart else []
+        for key in both:
+            for kind in (OURS, KUBEFLOW):
+                assert got[kind].get(key) is not None, (w.name, kind, key, got[kind])
+        for key in expected:
+            assert report.value(got[OURS], key) is not None, (w.name, key)
+        assert f"== {w.name}" in proc.stdout
+    big = results["big"]
+    # Our gang restart replaces every pod; training-operator replaces the failed one.
+    assert big[OURS]["restart_pods_replaced"] == SMOKE[0].nodes
+    assert big[KUBEFLOW]["restart_pods_replaced"] == 1
