@@ -49,7 +49,7 @@ class Controller:
         self,
         api: client.ApiClient,
         namespaces: list[str] | None = None,
-        workers: int = 4,
+        workers: int = 16,
         create_parallelism: int = 16,
         debounce: float = 0.05,
     ) -> None:
@@ -199,8 +199,9 @@ class Controller:
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         key = (ns, name)
-        for pod_name in plan.delete:
-            self._delete_pod(ns, pod_name)
+        # Deletes fan out like creates: a 512-pod gang restart must not pay 512 round trips
+        # in a row. list() waits for all of them and re-raises the first error.
+        list(self._pool.map(lambda n: self._delete_pod(ns, n), plan.delete))
         if plan.create:
             # Pods of one job are created concurrently: a 512-node job must not wait for 512
             # round trips one after another.

@@ -29,7 +29,7 @@ class Options:
     namespaces: list[str] | None = None
     leader_namespace: str | None = None
     leader_id: str = "torchrun-operator"
-    workers: int = 4
+    workers: int = 16
     metrics_port: int | None = None
 
 

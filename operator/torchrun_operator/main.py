@@ -22,7 +22,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=9090, help="serves /metrics; 0 disables")
     p.add_argument("--leader-election-namespace", help="enable leader election on a Lease here")
     p.add_argument("--leader-election-id", default="torchrun-operator")
-    p.add_argument("--workers", type=int, default=4, help="jobs reconciled at once")
+    p.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)

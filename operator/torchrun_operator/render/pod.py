@@ -128,6 +128,15 @@ def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, An
     return volumes
 
 
+def _quantities_as_strings(container: dict[str, Any]) -> None:
+    """`nvidia.com/gpu: 8` is a valid quantity in YAML, but a quantity's wire form is a
+    string and the official client refuses an integer in a pod it sends."""
+    resources = container.get("resources") or {}
+    for table in ("limits", "requests"):
+        if resources.get(table):
+            resources[table] = {k: str(v) for k, v in resources[table].items()}
+
+
 def render_pod(
     job: dict[str, Any], node_index: int, attempt: int, replacement: int = 0
 ) -> dict[str, Any]:
@@ -152,6 +161,8 @@ def render_pod(
 
     containers = pod_spec["containers"]
     containers[0] = _trainer(job, spec, containers[0], node_index, attempt)
+    for c in [*containers, *pod_spec.get("initContainers", [])]:
+        _quantities_as_strings(c)
     pod_spec["volumes"] = _volumes(job, pod_spec)
     pod_spec["hostname"] = names.hostname(job_name, node_index)
     pod_spec["subdomain"] = names.service_name(job_name)

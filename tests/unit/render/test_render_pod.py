@@ -245,3 +245,16 @@ def test_rendered_pods_valid_unique_short(
                 assert pod_name not in seen
                 seen.add(pod_name)
     assert world_size(job) == nodes * nproc
+
+
+def test_integer_quantities_are_rendered_as_strings() -> None:
+    # The official client refuses `nvidia.com/gpu: 8` (an int) in a pod it creates.
+    job = make_job()
+    trainer = job["spec"]["template"]["spec"]["containers"][0]
+    trainer["resources"] = {"limits": {"nvidia.com/gpu": 8, "cpu": "2500m"}, "requests": {"cpu": 1}}
+    pod = render_pod(job, 0, 0)
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources == {
+        "limits": {"nvidia.com/gpu": "8", "cpu": "2500m"},
+        "requests": {"cpu": "1"},
+    }
