@@ -15,6 +15,7 @@ behind another operator doing the work.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -40,7 +41,26 @@ INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 CRD_NAME = "distributedtrainingjobs.torchrun.dev"
 # How the operator pod runs this checkout on the process node (see the module docstring).
 SOURCE_COMMAND = ["python", "-m", "torchrun_operator.main"]
-SOURCE_ENV = [{"name": "PYTHONPATH", "value": str(REPO / "operator")}]
+
+
+def _pod_visible_source() -> Path:
+    """A copy of the operator package where the operator pod can see it.
+
+    The chart mounts an emptyDir at /tmp, and a checkout under /tmp (CI clones there) would be
+    hidden by it inside the pod; so the package is copied under the user's cache instead.
+    """
+    digest = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
+    dest = Path.home() / ".cache" / "torchrun-operator" / "pod-src" / digest
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(
+        REPO / "operator" / "torchrun_operator",
+        dest / "torchrun_operator",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return dest
+
+
+SOURCE_ENV = [{"name": "PYTHONPATH", "value": str(_pod_visible_source())}]
 
 
 @pytest.fixture
