@@ -284,7 +284,10 @@ class PodWorker(threading.Thread):
     def _base_env(self) -> dict[str, str]:
         host, port = self.ctx.api_host, str(self.ctx.api_port)
         return {
-            "PATH": f"{os.path.dirname(sys.executable)}:{os.environ.get('PATH', os.defpath)}",
+            # The folder resolved, not the python: a venv reached through a symlink under /tmp
+            # (a CI clone's .venv) would be hidden by a pod's /tmp emptyDir.
+            "PATH": f"{os.path.realpath(os.path.dirname(sys.executable))}:"
+            f"{os.environ.get('PATH', os.defpath)}",
             "HOME": "/root",
             "LANG": "C.UTF-8",
             "HOSTNAME": self._hostname(),
