@@ -62,6 +62,9 @@ class Controller:
         self._namespaces = namespaces or [None]  # type: ignore[list-item]
         self._workers = workers
         self._pool = ThreadPoolExecutor(create_parallelism, thread_name_prefix="create")
+        self._events = ThreadPoolExecutor(4, thread_name_prefix="event")
+        self._stopped = threading.Event()
+        self._phases_dirty = threading.Event()
         self._debounce = debounce
         self._children_done: set[str] = set()  # job uids whose Service+ConfigMap exist
         self._launcher = launcher_source()
@@ -81,12 +84,15 @@ class Controller:
             t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
+        threading.Thread(target=self._phases_loop, name="phases", daemon=True).start()
 
     def stop(self) -> None:
         self.queue.shutdown()
         for w in self._watchers:
             w.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._events.shutdown(wait=False, cancel_futures=True)
+        self._stopped.set()
 
     def set_active(self, active: bool) -> None:
         if active:
@@ -98,6 +104,16 @@ class Controller:
         self._publish_phases()
 
     def _publish_phases(self) -> None:
+        # Counting every job on every event would cost O(jobs) per event; a thread folds them.
+        self._phases_dirty.set()
+
+    def _phases_loop(self) -> None:
+        while not self._stopped.wait(1.0):
+            if self._phases_dirty.is_set():
+                self._phases_dirty.clear()
+                self._count_phases()
+
+    def _count_phases(self) -> None:
         """The jobs-by-phase gauge from the job cache; a standby replica reports none."""
         with self._phases_lock:
             if not self.active.is_set():
@@ -212,7 +228,8 @@ class Controller:
         if plan.status != old_status:
             self._patch_status(job, plan.status)
         for ev in plan.events:
-            events.post(self.core, job, ev.type, ev.reason, ev.message)
+            # Events are for people: fire and forget, so a slow event never delays a job.
+            self._events.submit(events.post, self.core, job, ev.type, ev.reason, ev.message)
         if plan.delete_job:
             self._delete_job(ns, name)
             return

@@ -84,7 +84,9 @@ def cleanup(**_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-def job_event(event: Any, **_: Any) -> None:
+async def job_event(event: Any, **_: Any) -> None:
+    # async: it only files the object and wakes a worker, so it runs on the event loop
+    # instead of a hop through kopf's thread pool for every job event.
     ctrl: Controller | None = _state.get("controller")
     if ctrl is not None and event.get("object"):
         ctrl.on_job_event(event.get("type"), event["object"])
