@@ -265,12 +265,12 @@ How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized ver
   `bench/kwok/stages.yaml`: a bound pod turns Running and Ready at once, Succeeded (exit 0)
   after its `bench.torchrun.dev/run-seconds`, Failed when the benchmark annotates it with
   `bench.torchrun.dev/fail-exit-code`; a deleted pod goes at once.
-- Our operator: `python -m torchrun_operator.main --all-namespaces --workers 4`. Kubeflow
-  training-operator v1.9.3, built by `cluster/build.sh all` from its Go module, as a local
-  process with its own defaults (PyTorchJob only, 1 controller thread, client QPS 20 / burst
-  30, gang scheduling off). Equivalent jobs: a DistributedTrainingJob of N nodes; a PyTorchJob
-  of 1 Master + N-1 Workers, `restartPolicy: ExitCode`. Each runs alone, started fresh, in a
-  namespace of its own that is emptied before the next run.
+- Our operator: `python -m torchrun_operator.main --all-namespaces` (16 workers, the default).
+  Kubeflow training-operator v1.9.3, built by `cluster/build.sh all` from its Go module, as a
+  local process with its own defaults (PyTorchJob only, 1 controller thread, client QPS 20 /
+  burst 30, gang scheduling off). Equivalent jobs: a DistributedTrainingJob of N nodes; a
+  PyTorchJob of 1 Master + N-1 Workers, `restartPolicy: ExitCode`. Each runs alone, started
+  fresh, in a namespace of its own that is emptied before the next run.
 - Times come from the benchmark's own watches on pods and jobs (its clock on arrival).
   "Job status" lag: the k-th pod of a job to start (or finish) is reflected once the job's
   status counts k started (finished) pods: our `status.nodes`, training-operator's
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny workloads (CI)")
     p.add_argument("--kinds", default=",".join([DIRECT, OURS, KUBEFLOW]))
     p.add_argument("--workloads", default="", help="comma-separated names (default: all)")
-    p.add_argument("--workers", type=int, default=4, help="our operator's --workers")
+    p.add_argument("--workers", type=int, default=16, help="our operator's --workers")
     p.add_argument("--json", type=Path, help="write every figure here")
     p.add_argument("--readme", type=Path, help="update this README's scale section")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
