@@ -41,6 +41,6 @@ def test_gpu_example_is_accepted_and_asks_for_whole_gpu_nodes(
     assert world_size(admitted) == 16
     pod = render_pod(admitted, 0, 0)
     trainer = pod["spec"]["containers"][0]
-    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == 8
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == "8"
     args = trainer["args"]
     assert args[args.index("--nproc-per-node") + 1] == "8"
