@@ -69,4 +69,9 @@ def test_in_pod_worker_restarts_are_counted_per_rank(
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status.get("attempt", 0) == 0, "an in-pod restart must not become a gang restart"
-    assert [r.get("restarts") for r in status["ranks"]] == [1, 1], status["ranks"]
+    by_ranks = {r.get("globalRanks"): r for r in status["ranks"]}
+    # The pod whose worker raised restarted its workers once. The other pod's agent re-joins
+    # the new round too; whether torchrun counts that as a restart there varies from run to
+    # run, so only the bound is checked.
+    assert by_ranks["1"]["restarts"] == 1, status["ranks"]
+    assert by_ranks["0"]["restarts"] in (0, 1), status["ranks"]
