@@ -115,20 +115,27 @@ def rendezvous_timeout_message(absent: list[Absent], waited: list[int], join_tim
 def rendezvous_hang_deadline(
     pods: Mapping[int, PodView | None], rendezvous_done: bool, join_timeout: int
 ) -> float | None:
-    """When a rendezvous that no launcher reported on counts as hung: every pod Running (so
-    every launcher had its chance), not all Ready, joinTimeoutSeconds + a margin after the
-    last of them started. None when that does not apply (yet)."""
+    """When a rendezvous that no launcher reported on counts as hung: not every pod Ready,
+    and joinTimeoutSeconds + a margin gone since the last Running pod started. Pods that never
+    started count as absent: when the one that never starts is pod 0, the store host, the
+    others wait for its DNS name (dnsTimeoutSeconds, 300 s by default) and report nothing in
+    time. None when that does not apply (yet): no pod Running, or one already ended (its
+    launcher's report decides) or is being deleted."""
     if rendezvous_done or not pods:
         return None
     starts = []
     for pod in pods.values():
-        if pod is None or pod.phase != "Running" or pod.terminating:
+        if pod is None or pod.phase in ("Pending", "") or pod.phase is None:
+            continue
+        if pod.phase != "Running" or pod.terminating:
             return None
         started = seconds(pod.started_at)
         if started is None:
             return None
         starts.append(started)
-    if all(p is not None and p.ready for p in pods.values()):
+    if not starts:
+        return None
+    if len(starts) == len(pods) and all(p is not None and p.ready for p in pods.values()):
         return None
     return max(starts) + join_timeout + RENDEZVOUS_MARGIN_SECONDS
 
@@ -136,7 +143,7 @@ def rendezvous_hang_deadline(
 def rendezvous_hang_message(absent: list[Absent], join_timeout: int) -> str:
     return (
         f"rendezvous did not complete within joinTimeoutSeconds ({join_timeout}s) + "
-        f"{RENDEZVOUS_MARGIN_SECONDS:g}s of every pod Running, and no launcher reported: "
+        f"{RENDEZVOUS_MARGIN_SECONDS:g}s of the last pod starting, and no launcher reported: "
         f"{describe_absent(absent)}"
     )
 

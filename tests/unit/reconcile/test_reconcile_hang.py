@@ -149,10 +149,23 @@ def test_hung_rendezvous_names_only_the_pods_that_are_not_ready() -> None:
     assert "node rank 0" not in plan.status["failure"]["message"]
 
 
-def test_no_hang_timer_while_a_pod_is_not_running_or_after_rendezvous() -> None:
+def test_a_pod_that_never_starts_fails_the_rendezvous_on_the_timer() -> None:
+    # Seen on the real cluster: pod 0 (the store host) unschedulable, the others waiting for
+    # its DNS name and reporting nothing within joinTimeoutSeconds.
     job, pods = start(make_job(nodes=2))
-    plan, _, _ = step(job, [running(pods[0], False), pods[1]], 5000)
-    assert plan.status["phase"] == "Starting" and "failure" not in plan.status
+    plan, _, _ = step(job, [pods[0], running(pods[1], False)], 100)
+    assert plan.status["phase"] == "Starting" and plan.requeue_after is not None
+    plan, _, _ = step(job, [pods[0], running(pods[1], False)], 5000)
+    assert plan.status["phase"] == "Failed"
+    failure = plan.status["failure"]
+    assert failure["reason"] == "RendezvousTimeout" and failure["nodeRank"] == 0
+    assert "node rank 0" in failure["message"] and "never started" in failure["message"]
+
+
+def test_no_hang_timer_before_any_pod_runs_or_after_rendezvous() -> None:
+    job, pods = start(make_job(nodes=2))
+    plan, _, _ = step(job, pods, 5000)
+    assert plan.status["phase"] in ("Pending", "Starting") and "failure" not in plan.status
     ready = [running(p, True) for p in pods]
     plan, job, _ = step(job, ready, 2)
     assert cond(plan.status, "RendezvousDone")["status"] == "True"
