@@ -22,6 +22,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube import procs
 from localkube.controlplane import Cluster
+from localkube.testing import wait_for
 
 from . import audit
 from .figures import JobObs, PodObs, job_obs, pod_obs
@@ -150,14 +151,10 @@ def create_nodes(api: client.ApiClient, count: int) -> None:
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    try:
+        return wait_for(what, check, timeout, interval)
+    except TimeoutError as e:
+        raise BenchError(str(e)) from None
 
 
 def apply_crd(api: client.ApiClient, crd: dict[str, Any]) -> None:
