@@ -86,6 +86,13 @@ class Controller:
             self._threads.append(t)
         threading.Thread(target=self._phases_loop, name="phases", daemon=True).start()
 
+    def dead_threads(self) -> list[str]:
+        """Names of worker and watch threads that died; the liveness probe fails on any."""
+        threads = [*self._threads, *(w.thread for w in self._watchers)]
+        if self._stopped.is_set():
+            return []
+        return [t.name for t in threads if not t.is_alive()]
+
     def stop(self) -> None:
         self.queue.shutdown()
         for w in self._watchers:

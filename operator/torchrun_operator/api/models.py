@@ -120,6 +120,18 @@ class RunPolicy(_Wire):
     )
 
 
+class NetworkPolicy(_Wire):
+    """The per-job NetworkPolicy that admits the rendezvous port only from the job's own pods."""
+
+    enabled: bool | None = Field(
+        default=None,
+        description=(
+            "Render a NetworkPolicy for this job. Unset: the operator's default "
+            "(--network-policy, on unless the chart turns it off)."
+        ),
+    )
+
+
 class JobSpec(_Wire):
     nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = Field(
         description="Pods (one per node) the operator runs; with elastic, within its bounds."
@@ -138,6 +150,7 @@ class JobSpec(_Wire):
     success_policy: Literal["AllRanks", "RankZero"] = "AllRanks"
     failure_policy: FailurePolicy = FailurePolicy()
     run_policy: RunPolicy = RunPolicy()
+    network_policy: NetworkPolicy = NetworkPolicy()
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
