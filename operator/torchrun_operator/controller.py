@@ -12,8 +12,8 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from typing import Any
 
 from kubernetes import client
@@ -26,14 +26,46 @@ from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.kube.workqueue import WorkQueue
 from torchrun_operator.reconcile import Plan, children, reconcile
+from torchrun_operator.render.configmap import packaged_launcher
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
 
-def launcher_source() -> str:
-    return resources.files("torchrun_operator.launcher").joinpath("launcher.py").read_text()
+# How soon a job blocked by an object that is not its own looks again: the object may be a
+# predecessor's child the garbage collector is about to delete.
+BLOCKED_RETRY_SECONDS = 5.0
+# A reconcile that failed on an API error tries again after this long.
+ERROR_RETRY_SECONDS = 2.0
+
+
+def controller_uid(obj: Obj) -> str | None:
+    """The uid of the object's controller ownerReference: ownership is decided by it alone."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def describe_conflict(job: Obj, obj: Obj) -> str:
+    """Why an existing object with a name this job needs cannot be used, for a condition."""
+    meta = obj.get("metadata", {})
+    what = f"{obj.get('kind') or 'object'} {meta.get('namespace')}/{meta.get('name')}"
+    owner = next((r for r in meta.get("ownerReferences") or [] if r.get("controller")), None)
+    if (
+        owner is not None
+        and owner.get("kind") == job["kind"]
+        and owner.get("name") == (job["metadata"]["name"])
+    ):
+        return f"{what} belongs to a previous job of the same name; waiting for it to be deleted"
+    if owner is None:
+        return f"{what} exists and has no controller; delete or rename it"
+    return f"{what} is controlled by {owner.get('kind')} {owner.get('name')}; not this job's"
+
+
+class _Gone(Exception):
+    """The job is gone (404 on its status): forget it."""
 
 
 def _ok_codes(e: ApiException, *codes: int) -> bool:
@@ -52,10 +84,14 @@ class Controller:
         workers: int = 16,
         create_parallelism: int = 16,
         debounce: float = 0.05,
+        clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        network_policy: bool = True,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.net = client.NetworkingV1Api(api)
+        self._network_policy = network_policy  # the default; spec.networkPolicy overrides
         self.jobs = JobCache()
         self.pods = PodCache()
         self.queue = WorkQueue()
@@ -66,8 +102,12 @@ class Controller:
         self._stopped = threading.Event()
         self._phases_dirty = threading.Event()
         self._debounce = debounce
-        self._children_done: set[str] = set()  # job uids whose Service+ConfigMap exist
-        self._launcher = launcher_source()
+        self._clock = clock
+        self._children_done: set[str] = set()  # job uids whose children exist and are theirs
+        # Objects in a job's way (job uid -> kind/name -> why), fed to the reconciler so the
+        # job says what blocks it instead of retrying in silence.
+        self._conflicts: dict[str, dict[str, str]] = {}
+        self._launcher = packaged_launcher()
         self._threads: list[threading.Thread] = []
         self._watchers: list[PodWatcher] = []
         self.active = threading.Event()  # set while this replica leads
@@ -139,22 +179,28 @@ class Controller:
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
         if kind == "DELETED":
-            self.jobs.remove(key)
-            self._children_done.discard(meta.get("uid", ""))
+            self._forget(key, meta.get("uid", ""))
             self._publish_phases()
             return
         self.jobs.put(job)
         self._publish_phases()
         self.queue.add(key)
 
+    def _forget(self, key: JobKey, uid: str) -> None:
+        self.jobs.remove(key)
+        self._children_done.discard(uid)
+        self._conflicts.pop(uid, None)
+        self._publish_phases()
+
     # -- the work loop -----------------------------------------------------------------------
 
     def _work(self) -> None:
-        while True:
-            key = self.queue.get()
-            if key is None:
-                return
+        while not self._stopped.is_set():
+            key = None
             try:
+                key = self.queue.get()
+                if key is None:
+                    return
                 # A standby replica drops keys: set_active() re-queues every job on takeover.
                 if self.active.is_set():
                     self.sync(key)  # type: ignore[arg-type]
@@ -165,14 +211,18 @@ class Controller:
                 log.log(
                     level, "reconcile of %s: API error %s %s; retrying", key, e.status, e.reason
                 )
-                self.queue.add(key, after=2.0)
-                metrics.observe_reconcile(0.0, error=True)
+                self._retry(key)
             except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
                 log.exception("reconcile of %s failed; retrying", key)
-                self.queue.add(key, after=2.0)
-                metrics.observe_reconcile(0.0, error=True)
+                self._retry(key)
             finally:
-                self.queue.done(key)
+                if key is not None:
+                    self.queue.done(key)
+
+    def _retry(self, key: Any) -> None:
+        metrics.observe_reconcile(0.0, error=True)
+        if key is not None:
+            self.queue.add(key, after=ERROR_RETRY_SECONDS)
 
     def _watchers_synced(self) -> bool:
         return all(w.synced.is_set() for w in self._watchers)
@@ -186,66 +236,142 @@ class Controller:
             self.queue.add(key, after=0.5)
             return
         started = time.monotonic()
+        uid = job["metadata"]["uid"]
+        self._recheck_conflicts(job)
         self._ensure_children(job)
-        plan = reconcile(job, self.pods.pods(key), dt.datetime.now(dt.UTC))
-        self._apply(job, plan)
+        blocked = sorted(self._conflicts.get(uid, {}).values())
+        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked=blocked)
+        try:
+            self._apply(job, plan)
+        except _Gone:
+            self._forget(key, uid)
+            return
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    # -- children: created idempotently, used only when they are this job's ----------------------
 
     def _ensure_children(self, job: Obj) -> None:
         uid = job["metadata"]["uid"]
         if uid in self._children_done:
             return
         ns = job["metadata"]["namespace"]
-        for obj in children(job, self._launcher):
-            self._create(ns, obj)
-        self._children_done.add(uid)
+        ok = True
+        for obj in children(job, self._launcher, self._network_policy):
+            existing = self._create(ns, obj)
+            if existing is not None and controller_uid(existing) != uid:
+                self._conflict(job, existing)
+                ok = False
+        if ok:
+            self._children_done.add(uid)
+
+    def _conflict(self, job: Obj, obj: Obj) -> None:
+        uid = job["metadata"]["uid"]
+        kind, name = obj.get("kind") or "", obj["metadata"]["name"]
+        self._conflicts.setdefault(uid, {})[f"{kind}/{name}"] = describe_conflict(job, obj)
+
+    def _recheck_conflicts(self, job: Obj) -> None:
+        """Objects that were in the way: gone, or ours now (re-created by us), unblock."""
+        uid = job["metadata"]["uid"]
+        ns = job["metadata"]["namespace"]
+        for ref in list(self._conflicts.get(uid) or ()):
+            kind, name = ref.split("/", 1)
+            current = self._read(ns, kind, name)
+            if current is None or controller_uid(current) == uid:
+                self._conflicts[uid].pop(ref, None)
+                if kind != "Pod":
+                    self._children_done.discard(uid)  # create it now that the way is free
+        if not self._conflicts.get(uid):
+            self._conflicts.pop(uid, None)
+
+    def _read(self, ns: str, kind: str, name: str) -> Obj | None:
+        fn: Any = {
+            "Pod": self.core.read_namespaced_pod,
+            "Service": self.core.read_namespaced_service,
+            "ConfigMap": self.core.read_namespaced_config_map,
+            "NetworkPolicy": self.net.read_namespaced_network_policy,
+        }[kind]
+        try:
+            resp = fn(name, ns, _preload_content=False)
+            metrics.count_api_call("get", kind.lower(), 200)
+        except ApiException as e:
+            metrics.count_api_call("get", kind.lower(), e.status or 0)
+            if e.status == 404:
+                return None
+            raise
+        got: Obj = json.loads(resp.data)
+        got.setdefault("kind", kind)
+        return got
 
     def _create(self, ns: str, obj: Obj) -> Obj | None:
+        """Creates `obj`; on 409 returns the object that holds the name (for an owner check),
+        else None."""
         kind = obj["kind"]
         fn: Any = {
             "Pod": self.core.create_namespaced_pod,
             "Service": self.core.create_namespaced_service,
             "ConfigMap": self.core.create_namespaced_config_map,
+            "NetworkPolicy": self.net.create_namespaced_network_policy,
         }[kind]
         try:
             resp = fn(ns, obj, _preload_content=False)
             metrics.count_api_call("create", kind.lower(), 201)
             created: Obj = json.loads(resp.data)
-            return created
+            if kind == "Pod":
+                self.pods.put(created)
+            return None
         except ApiException as e:
             metrics.count_api_call("create", kind.lower(), e.status or 0)
-            if _ok_codes(e, 409):
-                return None
-            raise
+            if not _ok_codes(e, 409):
+                raise
+        existing = self._read(ns, kind, obj["metadata"]["name"])
+        if existing is None:
+            raise ApiException(status=409, reason=f"{kind} {obj['metadata']['name']} conflict")
+        return existing
+
+    # -- applying a plan: intent first ----------------------------------------------------------
 
     def _apply(self, job: Obj, plan: Plan) -> None:
+        """Status first, then pods. The status carries every decision (phase, attempt, the
+        pods each node index should run), so once it is written a crash or a lost response
+        changes nothing: the next reconcile derives the same deletes and creates from it. If
+        the write is refused (409: the job changed under us), nothing is touched and the job
+        is decided again from its current state."""
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         key = (ns, name)
+        old_status = job.get("status") or {}
+        if plan.status != old_status and not self._patch_status(job, plan.status):
+            return
         # Deletes fan out like creates: a 512-pod gang restart must not pay 512 round trips
         # in a row. list() waits for all of them and re-raises the first error.
-        list(self._pool.map(lambda n: self._delete_pod(ns, n), plan.delete))
+        uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
+        list(self._pool.map(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete))
         if plan.create:
             # Pods of one job are created concurrently: a 512-node job must not wait for 512
             # round trips one after another.
-            for pod in self._pool.map(lambda p: self._create(ns, p), plan.create):
-                if pod is not None:
-                    self.pods.put(pod)
-        old_status = job.get("status") or {}
-        if plan.status != old_status:
-            self._patch_status(job, plan.status)
+            for existing in self._pool.map(lambda p: self._create(ns, p), plan.create):
+                if existing is not None and controller_uid(existing) != meta["uid"]:
+                    self._conflict(job, existing)
+                    self.queue.add(key)
+                elif existing is not None:
+                    self.pods.put(existing)
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
             self._events.submit(events.post, self.core, job, ev.type, ev.reason, ev.message)
         if plan.delete_job:
-            self._delete_job(ns, name)
+            self._delete_job(job)
             return
         if plan.requeue_after is not None:
             self.queue.add(key, after=max(plan.requeue_after, 0.05))
 
-    def _delete_pod(self, ns: str, name: str) -> None:
+    def _delete_pod(self, ns: str, name: str, uid: str | None) -> None:
+        """Deletes exactly the pod the plan was made from: the uid precondition makes a pod
+        that someone re-created under the name since (409) safe."""
+        body = (
+            client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+        )
         try:
-            resp: Any = self.core.delete_namespaced_pod(name, ns, _preload_content=False)
+            resp: Any = self.core.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
             metrics.count_api_call("delete", "pod", 200)
             body = json.loads(resp.data)
             if body.get("kind") == "Pod":
@@ -253,14 +379,27 @@ class Controller:
                 self.pods.put_if_cached(body)
         except ApiException as e:
             metrics.count_api_call("delete", "pod", e.status or 0)
-            if not _ok_codes(e, 404):
+            if not _ok_codes(e, 404, 409):
                 raise
 
-    def _patch_status(self, job: Obj, status: Obj) -> None:
+    def _patch_status(self, job: Obj, status: Obj) -> bool:
+        """Writes the whole status if the job is still at the resourceVersion it was decided
+        from; True when written. On 409 the job is re-read and decided again; on 404 it is
+        forgotten (raises _Gone)."""
         meta = job["metadata"]
         # "add" on /status replaces it whole: fields that went away (a cleared failure) go too,
-        # which a merge patch would keep.
-        patch = [{"op": "add", "path": "/status", "value": status}]
+        # which a merge patch would keep. The resourceVersion in the patched object makes the
+        # apiserver refuse the write (409) if anyone wrote the job since we read it.
+        patch: list[Obj] = [{"op": "add", "path": "/status", "value": status}]
+        if meta.get("resourceVersion"):
+            patch.insert(
+                0,
+                {
+                    "op": "replace",
+                    "path": "/metadata/resourceVersion",
+                    "value": meta["resourceVersion"],
+                },
+            )
         try:
             resp: Any = self.custom.patch_namespaced_custom_object_status(
                 GROUP,
@@ -276,19 +415,47 @@ class Controller:
         except ApiException as e:
             metrics.count_api_call("patch", "distributedtrainingjob/status", e.status or 0)
             if _ok_codes(e, 404):
-                return
+                raise _Gone from e
+            if _ok_codes(e, 409):
+                self._reread(job)
+                return False
             raise
         metrics.record_status_change(
             metrics.status_change(job.get("status"), status, meta.get("creationTimestamp"))
         )
         self.jobs.put(json.loads(resp.data))
         self._publish_phases()
+        return True
 
-    def _delete_job(self, ns: str, name: str) -> None:
+    def _reread(self, job: Obj) -> None:
+        """After a conflict: the current job into the cache, and decide again at once."""
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
         try:
-            self.custom.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+            fresh: Any = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"]
+            )
+            metrics.count_api_call("get", "distributedtrainingjob", 200)
+        except ApiException as e:
+            metrics.count_api_call("get", "distributedtrainingjob", e.status or 0)
+            if _ok_codes(e, 404):
+                raise _Gone from e
+            raise
+        if fresh["metadata"].get("uid") != meta.get("uid"):
+            raise _Gone  # deleted and re-created under the same name: a new job
+        self.jobs.put(fresh)
+        self.queue.add(key)
+
+    def _delete_job(self, job: Obj) -> None:
+        """TTL: delete exactly this job; a job re-created under its name has another uid."""
+        meta = job["metadata"]
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body=body
+            )
             metrics.count_api_call("delete", "distributedtrainingjob", 200)
         except ApiException as e:
             metrics.count_api_call("delete", "distributedtrainingjob", e.status or 0)
-            if not _ok_codes(e, 404):
+            if not _ok_codes(e, 404, 409):
                 raise

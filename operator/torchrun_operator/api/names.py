@@ -18,6 +18,8 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 
 # Kubernetes limits: DNS-1123/1035 labels (hostnames, Service names) are at most 63 characters.
 MAX_LABEL_LENGTH = 63
+# DNS-1123 subdomains (ConfigMap names) are at most 253.
+MAX_OBJECT_NAME_LENGTH = 253
 
 
 def service_name(job_name: str) -> str:
@@ -25,8 +27,16 @@ def service_name(job_name: str) -> str:
     return job_name
 
 
-def launcher_configmap_name(job_name: str) -> str:
-    return f"{job_name}-launcher"
+# Hex digits of the launcher's sha256 in its ConfigMap's name: enough that a different
+# launcher (another operator version) never shares a name.
+LAUNCHER_DIGEST_CHARS = 10
+
+
+def launcher_configmap_name(job_name: str, digest: str) -> str:
+    """Named by the launcher's content hash: a pod mounts exactly the launcher the operator
+    rendered, and a ConfigMap someone pre-created under the old fixed name runs nowhere."""
+    suffix = f"-launcher-{digest[:LAUNCHER_DIGEST_CHARS]}"
+    return job_name[: MAX_OBJECT_NAME_LENGTH - len(suffix)] + suffix
 
 
 def hostname(job_name: str, node_index: int) -> str:

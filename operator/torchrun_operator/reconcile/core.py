@@ -9,6 +9,7 @@ and no events: events are emitted only where the status changes.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -30,6 +31,11 @@ MAX_RESTART_RECORDS = 10
 # A failure that restarting may fix is acted on only once the other nodes have had time to
 # report, or have all stopped: their reports may hold the exception that really caused it.
 SETTLE_SECONDS = 2 * WINDOW
+# The longest the shell is asked to wait before looking again. Deadlines and TTLs of any
+# length then cost a wake-up an hour, and no delay can overflow a timer.
+MAX_REQUEUE_SECONDS = 3600.0
+# How soon a job that something is blocking looks again.
+BLOCKED_REQUEUE_SECONDS = 5.0
 
 
 @dataclass
@@ -40,6 +46,8 @@ class _Ctx:
     status: dict[str, Any]
     pods: list[PodView]  # ours (controller uid matches), any attempt
     taken: set[str]  # every observed pod name, ours or not: never create over one
+    foreign: set[str] = field(default_factory=set)  # observed pod names that are not ours
+    blocked: list[str] = field(default_factory=list)  # what stands in the way, for people
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -75,22 +83,44 @@ class _Ctx:
     def set_cond(self, type_: str, status: bool, reason: str, message: str) -> bool:
         return cond.set_condition(self.conds, type_, status, reason, message, self.stamp)
 
+    def create_pod(self, pod: dict[str, Any]) -> None:
+        """Plan a create unless the name is taken; a name taken by a pod that is not ours
+        blocks the job (it is never deleted: it is not ours)."""
+        name = pod["metadata"]["name"]
+        if name in self.foreign:
+            ns = self.job["metadata"].get("namespace")
+            self.blocked.append(
+                f"Pod {ns}/{name} exists and is not this job's; delete or rename it"
+            )
+        elif name not in self.taken:
+            self.create.append(pod)
+
     def delete_pods(self, pods: list[PodView]) -> None:
         self.delete.extend(p.name for p in pods if not p.terminating and p.name not in self.delete)
 
     def plan(self) -> Plan:
-        positive = [r for r in self.requeue if r is not None]
+        positive = [r for r in self.requeue if r is not None and r == r]  # r == r: not NaN
+        if self.blocked:
+            positive.append(BLOCKED_REQUEUE_SECONDS)
         return Plan(
-            create=self.create,
+            create=[] if self.blocked else self.create,
             delete=self.delete,
             status=self.status,
             events=self.events,
-            requeue_after=max(0.0, min(positive)) if positive else None,
+            requeue_after=min(max(0.0, min(positive)), MAX_REQUEUE_SECONDS) if positive else None,
             delete_job=self.delete_job,
         )
 
 
-def reconcile(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime) -> Plan:
+def reconcile(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    now: datetime,
+    blocked: Sequence[str] = (),
+) -> Plan:
+    """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
+    job's names that is not the job's), described for people; while any is, no pod is
+    created and the Blocked condition says why."""
     status = copy.deepcopy(job.get("status") or {})
     meta = job["metadata"]
     if meta.get("generation") is not None:
@@ -107,8 +137,12 @@ def reconcile(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime) ->
         spec=spec,
         now=now.timestamp(),
         status=status,
-        pods=[v for v in views if v.owner_uid in (meta.get("uid"), None)],
+        # Ownership is by controller uid alone: a pod with the job's labels but another
+        # owner (or none) is never taken for the job's own, nor deleted.
+        pods=[v for v in views if v.owner_uid == meta.get("uid")],
         taken={v.name for v in views},
+        foreign={v.name for v in views if v.owner_uid != meta.get("uid")},
+        blocked=list(blocked),
     )
     ctx.counters  # noqa: B018 - materialise the counters so every status carries them
     status["worldSize"] = world_size(spec)
@@ -126,7 +160,17 @@ def reconcile(job: dict[str, Any], pods: list[dict[str, Any]], now: datetime) ->
                 _start_attempt(ctx)
             else:
                 _observe(ctx)
+        _report_blocked(ctx)
     return ctx.plan()
+
+
+def _report_blocked(ctx: _Ctx) -> None:
+    if ctx.blocked:
+        message = truncate("; ".join(sorted(set(ctx.blocked)))) or ""
+        if ctx.set_cond("Blocked", True, "ObjectInTheWay", message):
+            ctx.event("Warning", "ObjectInTheWay", message)
+    elif cond.is_true(ctx.conds, "Blocked"):
+        ctx.set_cond("Blocked", False, "Unblocked", "nothing stands in the job's way")
 
 
 def _invalid(job: dict[str, Any], status: dict[str, Any], now: datetime, err: Exception) -> Plan:
@@ -213,8 +257,7 @@ def _start_attempt(ctx: _Ctx) -> None:
     ranks = []
     for i in range(ctx.spec.nodes):
         pod = render_pod(ctx.job, i, attempt)
-        if pod["metadata"]["name"] not in ctx.taken:
-            ctx.create.append(pod)
+        ctx.create_pod(pod)
         ranks.append({"nodeRank": i, "pod": pod["metadata"]["name"], "phase": "Creating"})
     st["ranks"] = ranks
     _begin(ctx, created=len(ctx.create))
@@ -269,9 +312,7 @@ def _observe(ctx: _Ctx) -> None:
         if pod is None:
             if before.get("phase") in (None, "Creating"):
                 # Planned but not seen yet (or never planned): (re)create, 409 is fine.
-                if pod_name not in ctx.taken:
-                    r = _replacement_of(ctx, i, pod_name)
-                    ctx.create.append(render_pod(ctx.job, i, attempt, r))
+                ctx.create_pod(render_pod(ctx.job, i, attempt, _replacement_of(ctx, i, pod_name)))
                 entries.append({"nodeRank": i, "pod": pod_name, "phase": "Creating"})
                 seen.alive.add(i)
             else:
@@ -565,12 +606,12 @@ def _replace(ctx: _Ctx, seen: _Seen, cause: Candidate) -> None:
     by_index = {c.node_index: c for c in seen.candidates}
     for i in sorted(seen.failed):
         old = st["ranks"][i]["pod"]
+        # Derived from the status alone (the pod it replaces), never "the next free name":
+        # a retry after a lost write must plan the very same pod.
         r = _replacement_of(ctx, i, old) + 1
-        while names.pod_name(ctx.name, i, ctx.attempt, r) in ctx.taken:
-            r += 1
         pod = render_pod(ctx.job, i, ctx.attempt, r)
         new = pod["metadata"]["name"]
-        ctx.create.append(pod)
+        ctx.create_pod(pod)
         st["ranks"][i] = {"nodeRank": i, "pod": new, "phase": "Creating"}
         counters["restarts"] += 1
         counters["infrastructureFailures"] += 1

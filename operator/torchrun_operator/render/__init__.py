@@ -1,18 +1,27 @@
-"""Pure rendering: job -> Service, launcher ConfigMap, Pods (plain dicts)."""
+"""Pure rendering: job -> Service, launcher ConfigMap, NetworkPolicy, Pods (plain dicts)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .configmap import LAUNCHER_KEY, render_launcher_configmap
+from .networkpolicy import render_network_policy, wants_network_policy
 from .pod import render_pod, restarts_possible, torchrun_args
 from .service import render_service
 from .sizing import job_spec, nproc_per_node, world_size
 
 
-def children(job: dict[str, Any], launcher_source: str) -> list[dict[str, Any]]:
-    """The objects a job needs besides its pods; the shell creates them idempotently."""
-    return [render_service(job), render_launcher_configmap(job, launcher_source)]
+def children(
+    job: dict[str, Any], launcher_source: str, network_policy_default: bool = True
+) -> list[dict[str, Any]]:
+    """The objects a job needs besides its pods; the shell creates them idempotently.
+
+    `network_policy_default` is the operator's --network-policy setting, which a job's
+    spec.networkPolicy.enabled overrides either way."""
+    out = [render_service(job), render_launcher_configmap(job, launcher_source)]
+    if wants_network_policy(job, network_policy_default):
+        out.append(render_network_policy(job))
+    return out
 
 
 __all__ = [
@@ -21,9 +30,11 @@ __all__ = [
     "job_spec",
     "nproc_per_node",
     "render_launcher_configmap",
+    "render_network_policy",
     "render_pod",
     "render_service",
     "restarts_possible",
     "torchrun_args",
+    "wants_network_policy",
     "world_size",
 ]

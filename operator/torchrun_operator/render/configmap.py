@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from ..api import names
@@ -10,12 +13,25 @@ from .common import child_metadata
 LAUNCHER_KEY = "launcher.py"
 
 
+@cache
+def packaged_launcher() -> str:
+    """The launcher this operator ships (operator/torchrun_operator/launcher/launcher.py)."""
+    return resources.files("torchrun_operator.launcher").joinpath(LAUNCHER_KEY).read_text()
+
+
+def launcher_digest(source: str) -> str:
+    """sha256 of the launcher's bytes, as the pod checks it before running it."""
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
 def render_launcher_configmap(job: dict[str, Any], launcher_source: str) -> dict[str, Any]:
-    """One per job (not per operator), so a job keeps the launcher it started with even when
-    the operator is upgraded mid-run."""
+    """One per job and launcher version, immutable: a job's pods run the launcher the operator
+    rendered even when the operator is upgraded mid-run, and nobody can edit it in place."""
+    name = names.launcher_configmap_name(job["metadata"]["name"], launcher_digest(launcher_source))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": child_metadata(job, names.launcher_configmap_name(job["metadata"]["name"])),
+        "metadata": child_metadata(job, name),
+        "immutable": True,
         "data": {LAUNCHER_KEY: launcher_source},
     }

@@ -8,7 +8,7 @@ from typing import Any
 from ..api import names
 from ..api.models import JobSpec
 from .common import child_metadata
-from .configmap import LAUNCHER_KEY
+from .configmap import LAUNCHER_KEY, launcher_digest, packaged_launcher
 from .sizing import job_spec, nproc_per_node
 
 LAUNCHER_DIR = "/opt/torchrun-operator"
@@ -17,6 +17,16 @@ STATE_DIR = "/var/run/torchrun"
 READY_FILE = f"{STATE_DIR}/ready"
 PROGRESS_FILE = f"{STATE_DIR}/progress"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+# The pod runs the launcher only if its bytes hash to the digest the operator rendered: the
+# ConfigMap is owned and immutable, and this check makes a swapped file fail loudly instead of
+# running. runpy gives the launcher a proper __main__ and __file__ (its workers re-run it).
+LAUNCHER_BOOTSTRAP = (
+    "import hashlib,runpy,sys;p,h=sys.argv[1:3];"
+    "hashlib.sha256(open(p,'rb').read()).hexdigest()==h or "
+    "sys.exit(f'torchrun-operator: {p} is not the launcher the operator rendered');"
+    "sys.argv=[p,*sys.argv[3:]];runpy.run_path(p,run_name='__main__')"
+)
 
 # Prefixed so they never clash with the user's own volume names.
 VOLUME_SHM = "torchrun-shm"
@@ -89,7 +99,8 @@ def _trainer(
     job: dict[str, Any], spec: JobSpec, container: dict[str, Any], node_index: int, attempt: int
 ) -> dict[str, Any]:
     program = list(container.get("command") or []) + list(container.get("args") or [])
-    container["command"] = ["python", LAUNCHER_PATH]
+    digest = launcher_digest(packaged_launcher())
+    container["command"] = ["python", "-c", LAUNCHER_BOOTSTRAP, LAUNCHER_PATH, digest]
     container["args"] = [*torchrun_args(job, node_index, attempt), "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
     container["env"] = user_env + _env(spec, node_index)
@@ -121,7 +132,9 @@ def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, An
     volumes = [
         v for v in pod_spec.get("volumes") or [] if not v.get("name", "").startswith("torchrun-")
     ]
-    cm = names.launcher_configmap_name(job["metadata"]["name"])
+    cm = names.launcher_configmap_name(
+        job["metadata"]["name"], launcher_digest(packaged_launcher())
+    )
     volumes.append({"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}})
     volumes.append({"name": VOLUME_LAUNCHER, "configMap": {"name": cm, "defaultMode": 0o444}})
     volumes.append({"name": VOLUME_STATE, "emptyDir": {}})
@@ -142,7 +155,8 @@ def render_pod(
 ) -> dict[str, Any]:
     """The pod for node `node_index` of gang attempt `attempt` (`replacement` > 0 for an
     elastic replacement within the attempt). The template is deep-copied; only the trainer
-    (first container), volumes, hostname/subdomain and restart policy are changed."""
+    (first container), volumes, hostname/subdomain and restart policy are changed, and the
+    API token's automount is turned off unless the template decides."""
     spec = job_spec(job)
     job_name = job["metadata"]["name"]
     template = copy.deepcopy(job["spec"]["template"])
@@ -168,4 +182,9 @@ def render_pod(
     pod_spec["subdomain"] = names.service_name(job_name)
     # The operator owns restarts (gang semantics); the kubelet must not restart in place.
     pod_spec["restartPolicy"] = "Never"
+    # Training code (the user's image, whatever its packages pull in) has no use for an API
+    # token: neither torchrun nor the launcher talks to the API. Without this, the kubelet
+    # mounts the token of the pod's ServiceAccount ("default" unless set) into every pod. A
+    # template that sets the field, either way, keeps its choice (docs/security.md).
+    pod_spec.setdefault("automountServiceAccountToken", False)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

@@ -17,7 +17,7 @@ from dtj_factory import (
 )
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
-from torchrun_operator.reconcile.core import SETTLE_SECONDS
+from torchrun_operator.reconcile.core import MAX_REQUEUE_SECONDS, SETTLE_SECONDS
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -478,3 +478,10 @@ def test_apply_helper_marks_deletes() -> None:
     plan = reconcile({**job, "spec": {**job["spec"], "runPolicy": {"suspend": True}}}, pods, at(1))
     _, pods2 = apply(job, pods, plan, 1)
     assert by_name(pods2)["job-0"]["metadata"]["deletionTimestamp"]
+
+
+def test_requeue_delay_is_bounded_for_any_deadline() -> None:
+    """A long activeDeadlineSeconds becomes many bounded wake-ups, never one huge timer."""
+    job = make_job(runPolicy={"activeDeadlineSeconds": 10**7})
+    plan = reconcile(job, [], at(0))
+    assert plan.requeue_after is not None and 0 < plan.requeue_after <= MAX_REQUEUE_SECONDS

@@ -13,6 +13,8 @@ from torchrun_operator.render import (
     render_service,
     world_size,
 )
+from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
+from torchrun_operator.render.pod import LAUNCHER_BOOTSTRAP, LAUNCHER_PATH
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -50,7 +52,8 @@ def flag(args: list[str], name: str) -> str:
 def test_pod_runs_launcher_with_torchrun_flags_then_user_program() -> None:
     pod = render_pod(make_job(nprocPerNode=4), 1, 2)
     c = trainer(pod)
-    assert c["command"] == ["python", "/opt/torchrun-operator/launcher.py"]
+    digest = launcher_digest(packaged_launcher())
+    assert c["command"] == ["python", "-c", LAUNCHER_BOOTSTRAP, LAUNCHER_PATH, digest]
     args = c["args"]
     assert args[args.index("--") + 1 :] == ["python", "train.py", "--epochs", "3"]
     assert flag(args, "--nnodes") == "2"
@@ -106,7 +109,8 @@ def test_env_volumes_probe_and_termination_message() -> None:
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert vols[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory"}
-    assert vols[mounts["/opt/torchrun-operator"]]["configMap"]["name"] == "train-launcher"
+    digest = launcher_digest(packaged_launcher())[: names.LAUNCHER_DIGEST_CHARS]
+    assert vols[mounts["/opt/torchrun-operator"]]["configMap"]["name"] == f"train-launcher-{digest}"
     assert "emptyDir" in vols[mounts["/var/run/torchrun"]]
     assert c["readinessProbe"]["exec"]["command"] == ["cat", "/var/run/torchrun/ready"]
     assert c["terminationMessagePolicy"] == "File"
@@ -212,10 +216,12 @@ def test_service_is_headless_and_publishes_not_ready() -> None:
 
 
 def test_children_service_and_launcher_configmap() -> None:
-    svc, cm = children(make_job(), "print('hi')\n")
+    svc, cm = children(make_job(), "print('hi')\n", network_policy_default=False)
     assert svc["kind"] == "Service"
-    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == "train-launcher"
+    digest = launcher_digest("print('hi')\n")[: names.LAUNCHER_DIGEST_CHARS]
+    assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == f"train-launcher-{digest}"
     assert cm["data"] == {"launcher.py": "print('hi')\n"}
+    assert cm["immutable"] is True
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 
 

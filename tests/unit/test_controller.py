@@ -1,0 +1,503 @@
+"""Controller._apply and sync against an in-memory API: ordering (status before pods), 409 and
+404 handling, ownership, and convergence when a write is refused, lost, or the operator dies
+between the status write and the pod actions.
+
+The fake API keeps one job and its pods; a `fail` hook decides per request whether it is
+refused (ApiException) or applied with its response lost (a timeout after the write). The
+controller's caches are fed from the fake before each sync, as its watches would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from torchrun_operator.controller import Controller
+from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+UID = "job-uid"
+Obj = dict[str, Any]
+
+
+class Lost(Exception):
+    """The request was applied but its response never came back."""
+
+
+def resp(obj: Obj) -> SimpleNamespace:
+    return SimpleNamespace(data=json.dumps(obj).encode())
+
+
+def make_job(nodes: int = 2, **spec: Any) -> Obj:
+    body: Obj = {
+        "nodes": nodes,
+        "nprocPerNode": 1,
+        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0},
+        "template": {
+            "spec": {"containers": [{"name": "trainer", "image": "i", "command": ["python"]}]}
+        },
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {
+            "name": "job",
+            "namespace": "ns",
+            "uid": UID,
+            "generation": 1,
+            "resourceVersion": "1",
+        },
+        "spec": body,
+    }
+
+
+class FakeApi:
+    """CoreV1Api and CustomObjectsApi for one namespace, with fault hooks."""
+
+    def __init__(self, job: Obj) -> None:
+        self.job = job
+        self.rv = 1
+        self.objects: dict[tuple[str, str], Obj] = {}  # (kind, name) -> object
+        self.calls: list[tuple[str, str]] = []  # (verb, what), in order
+        self.fail: Callable[[str, str], int | str | None] = lambda verb, what: None
+
+    def _bump(self, obj: Obj) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+
+    def _fault(self, verb: str, what: str) -> str | None:
+        self.calls.append((verb, what))
+        got = self.fail(verb, what)
+        if isinstance(got, int):
+            raise ApiException(status=got, reason="injected")
+        return got
+
+    # -- pods, services, configmaps --
+    def _create(self, kind: str, obj: Obj) -> SimpleNamespace:
+        name = obj["metadata"]["name"]
+        fault = self._fault("create", f"{kind}/{name}")
+        if (kind, name) in self.objects:
+            raise ApiException(status=409, reason="AlreadyExists")
+        stored = copy.deepcopy(obj)
+        stored["kind"] = kind
+        stored["metadata"]["uid"] = f"uid-{kind}-{name}-{self.rv}"
+        if kind == "Pod":
+            stored["status"] = {"phase": "Pending"}
+        self._bump(stored)
+        self.objects[(kind, name)] = stored
+        if fault == "lost":
+            raise Lost(name)
+        return resp(stored)
+
+    def _read(self, kind: str, name: str) -> SimpleNamespace:
+        self._fault("get", f"{kind}/{name}")
+        if (kind, name) not in self.objects:
+            raise ApiException(status=404, reason="NotFound")
+        return resp(self.objects[(kind, name)])
+
+    def create_namespaced_pod(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
+        return self._create("Pod", obj)
+
+    def create_namespaced_service(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
+        return self._create("Service", obj)
+
+    def create_namespaced_config_map(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
+        return self._create("ConfigMap", obj)
+
+    def create_namespaced_network_policy(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
+        return self._create("NetworkPolicy", obj)
+
+    def read_namespaced_network_policy(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
+        return self._read("NetworkPolicy", name)
+
+    def read_namespaced_pod(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
+        return self._read("Pod", name)
+
+    def read_namespaced_service(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
+        return self._read("Service", name)
+
+    def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
+        return self._read("ConfigMap", name)
+
+    def delete_namespaced_pod(self, name: str, ns: str, body: Any = None, **_: Any) -> Any:
+        fault = self._fault("delete", f"Pod/{name}")
+        pod = self.objects.get(("Pod", name))
+        if pod is None:
+            raise ApiException(status=404, reason="NotFound")
+        uid = getattr(getattr(body, "preconditions", None), "uid", None)
+        if uid is not None and uid != pod["metadata"]["uid"]:
+            raise ApiException(status=409, reason="Conflict")
+        del self.objects[("Pod", name)]  # terminal pods go at once; enough here
+        if fault == "lost":
+            raise Lost(name)
+        return resp({"kind": "Status", "status": "Success"})
+
+    def create_namespaced_event(self, ns: str, body: Any) -> None:
+        self.calls.append(("create", f"Event/{body.reason}"))
+
+    # -- the job --
+    def patch_namespaced_custom_object_status(
+        self, g: str, v: str, ns: str, plural: str, name: str, patch: list[Obj], **_: Any
+    ) -> SimpleNamespace:
+        fault = self._fault("patch", "status")
+        if self.job is None:
+            raise ApiException(status=404, reason="NotFound")
+        for op in patch:
+            if op["path"] == "/metadata/resourceVersion":
+                if op["value"] != self.job["metadata"]["resourceVersion"]:
+                    raise ApiException(status=409, reason="Conflict")
+            elif op["path"] == "/status":
+                self.job["status"] = copy.deepcopy(op["value"])
+        self._bump(self.job)
+        if fault == "lost":
+            raise Lost("status")
+        return resp(self.job)
+
+    def get_namespaced_custom_object(self, g: str, v: str, ns: str, p: str, n: str) -> Obj:
+        self._fault("get", "job")
+        if self.job is None:
+            raise ApiException(status=404, reason="NotFound")
+        return copy.deepcopy(self.job)
+
+    def delete_namespaced_custom_object(self, *a: Any, **kw: Any) -> None:
+        self._fault("delete", "job")
+        self.job = None  # type: ignore[assignment]
+
+    # -- helpers for tests --
+    def pods(self) -> dict[str, Obj]:
+        return {n: o for (k, n), o in self.objects.items() if k == "Pod"}
+
+    def set_pod(self, name: str, status: Obj) -> None:
+        pod = self.objects[("Pod", name)]
+        pod["spec"]["nodeName"] = "node-1"
+        pod["status"] = status
+        self._bump(pod)
+
+
+def terminated(code: int, reason: str = "", message: str | None = None) -> Obj:
+    term: Obj = {
+        "exitCode": code,
+        "reason": reason or ("Completed" if code == 0 else "Error"),
+        "startedAt": "2026-01-01T00:00:01Z",
+        "finishedAt": "2026-01-01T00:00:05Z",
+    }
+    if message is not None:
+        term["message"] = message
+    return {
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "containerStatuses": [{"name": "trainer", "state": {"terminated": term}}],
+    }
+
+
+def running(ready: bool = True) -> Obj:
+    return {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        "containerStatuses": [
+            {"name": "trainer", "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}}
+        ],
+    }
+
+
+def user_exception(rank: int) -> str:
+    return json.dumps(
+        {
+            "v": 1,
+            "state": "Failed",
+            "groupRank": 0,
+            "ranks": [rank],
+            "restarts": 0,
+            "failures": [
+                {"rank": rank, "kind": "exception", "error": "RuntimeError: boom", "exitCode": 1}
+            ],
+        }
+    )
+
+
+class Harness:
+    """A controller over a FakeApi, with a clock the test moves."""
+
+    def __init__(self, job: Obj) -> None:
+        self.api = FakeApi(job)
+        self.t = T0
+        self.ctrl = self.new_controller()
+
+    def new_controller(self) -> Controller:
+        """A fresh controller, as after a restart of the operator: empty caches."""
+        ctrl = Controller(None, workers=1, clock=lambda: self.t)  # type: ignore[arg-type]
+        ctrl.core = self.api  # type: ignore[assignment]
+        ctrl.custom = self.api  # type: ignore[assignment]
+        ctrl.net = self.api  # type: ignore[assignment]
+        ctrl.active.set()
+        return ctrl
+
+    def sync(self, advance: float = 0.0) -> None:
+        """One reconcile as after a watch event; an injected error is swallowed, as the
+        worker does (and retried at the next sync)."""
+        self.t += timedelta(seconds=advance)
+        if self.api.job is None:
+            return
+        self.ctrl.jobs.put(copy.deepcopy(self.api.job))
+        self.ctrl.pods.replace_all(copy.deepcopy(list(self.api.pods().values())))
+        try:
+            self.ctrl.sync(("ns", "job"))
+        except (ApiException, Lost):
+            pass
+
+    def crash(self) -> None:
+        """SIGKILL and restart: nothing of the old controller survives."""
+        self.ctrl.stop()
+        self.ctrl = self.new_controller()
+
+    @property
+    def status(self) -> Obj:
+        return dict(self.api.job.get("status") or {})
+
+
+def start(h: Harness) -> None:
+    h.sync()  # children, status, then pods of attempt 0
+    assert set(h.api.pods()) == {"job-0", "job-1"}, h.api.pods()
+
+
+def test_status_is_written_before_pods_are_created() -> None:
+    h = Harness(make_job())
+    h.sync()
+    verbs = [(v, w.split("/")[0]) for v, w in h.api.calls if w != "job"]
+    first_pod = verbs.index(("create", "Pod"))
+    assert ("patch", "status") in verbs[:first_pod]
+    assert [r["phase"] for r in h.status["ranks"]] == ["Creating", "Creating"]
+
+
+def test_children_launcher_is_named_by_its_hash_and_owned() -> None:
+    h = Harness(make_job())
+    h.sync()
+    digest = launcher_digest(packaged_launcher())[:10]
+    cm = h.api.objects[("ConfigMap", f"job-launcher-{digest}")]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == UID
+    assert cm["immutable"] is True
+
+
+@pytest.mark.parametrize("fault", [422, 500, "lost", "crash"])
+def test_finished_job_is_never_restarted_when_its_status_write_fails(fault: Any) -> None:
+    """All pods Succeeded, cleanPodPolicy KeepFailed: the Succeeded pods are deleted only
+    after phase Succeeded is recorded, so a refused or lost write cannot turn into
+    PodDeleted and a restart."""
+    h = Harness(make_job())
+    start(h)
+    for name in ("job-0", "job-1"):
+        h.api.set_pod(name, terminated(0))
+    if fault == "crash":
+        # The write lands, then the operator dies before deleting anything.
+        h.api.fail = lambda verb, what: "lost" if what == "status" else None
+        h.sync(1)
+        h.crash()
+    else:
+        h.api.fail = lambda verb, what: fault if what == "status" else None
+        h.sync(1)
+        h.sync(1)
+    h.api.fail = lambda verb, what: None
+    for _ in range(4):
+        h.sync(1)
+    st = h.status
+    assert st["phase"] == "Succeeded", st
+    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
+    assert "restarts" not in st and st["attempt"] == 0
+    assert h.api.pods() == {}  # KeepFailed deletes the Succeeded pods, after the write
+
+
+@pytest.mark.parametrize("fault", [500, "lost"])
+def test_user_failure_with_delete_policy_stays_failed(fault: Any) -> None:
+    h = Harness(make_job(runPolicy={"cleanPodPolicy": "Delete"}))
+    start(h)
+    h.api.set_pod("job-0", terminated(1, message=user_exception(1)))
+    h.api.set_pod("job-1", terminated(1, message=user_exception(0)))
+    h.api.fail = lambda verb, what: fault if what == "status" else None
+    h.sync(1)
+    h.api.fail = lambda verb, what: None
+    for _ in range(3):
+        h.sync(1)
+    st = h.status
+    assert st["phase"] == "Failed", st
+    assert st["failure"]["reason"] == "Exception"
+    assert st["counters"]["userFailures"] == 1 and st["counters"]["restarts"] == 0
+    assert h.api.pods() == {}
+
+
+def test_gang_restart_keeps_its_cause_when_the_write_is_lost() -> None:
+    h = Harness(make_job())
+    start(h)
+    h.api.set_pod("job-0", running())
+    h.api.set_pod("job-1", terminated(137, reason="OOMKilled"))
+    h.api.fail = lambda verb, what: 500 if what == "status" else None
+    h.sync(30)  # past the settle window
+    h.sync(1)
+    assert set(h.api.pods()) == {"job-0", "job-1"}, "nothing is deleted before the write"
+    h.api.fail = lambda verb, what: None
+    h.sync(1)
+    for _ in range(4):
+        h.sync(1)
+    st = h.status
+    assert st["attempt"] == 1 and st["counters"]["restarts"] == 1
+    assert st["failure"]["reason"] == "OOMKilled" and st["failure"]["pod"] == "job-1"
+    assert [r["reason"] for r in st["restarts"]] == ["OOMKilled"]
+    assert set(h.api.pods()) == {"job-0-a1", "job-1-a1"}
+
+
+def test_gang_restart_finished_from_status_after_a_crash() -> None:
+    """The restart is recorded, then the operator dies before deleting a pod: the next
+    operator finishes it from the status alone, counting the restart once."""
+    h = Harness(make_job())
+    start(h)
+    h.api.set_pod("job-0", running())
+    h.api.set_pod("job-1", terminated(137, reason="OOMKilled"))
+    h.api.fail = lambda verb, what: "lost" if what == "status" else None
+    h.sync(30)  # past the settle window
+    h.crash()
+    h.api.fail = lambda verb, what: None
+    for _ in range(4):
+        h.sync(1)
+    st = h.status
+    assert st["attempt"] == 1 and st["counters"]["restarts"] == 1, st
+    assert set(h.api.pods()) == {"job-0-a1", "job-1-a1"}
+
+
+def test_elastic_replacement_creates_one_pod_however_often_the_write_fails() -> None:
+    h = Harness(make_job(nodes=3, elastic={"minNodes": 1, "maxNodes": 3}))
+    h.sync()
+    for name in ("job-0", "job-1", "job-2"):
+        h.api.set_pod(name, running())
+    h.sync(1)
+    h.api.set_pod("job-2", terminated(137, reason="OOMKilled"))
+    h.api.fail = lambda verb, what: 500 if what == "status" else None
+    for _ in range(5):
+        h.sync(2)
+    assert set(h.api.pods()) == {"job-0", "job-1", "job-2"}, "no pod before the write"
+    h.api.fail = lambda verb, what: "lost" if what == "status" else None
+    for _ in range(3):
+        h.sync(2)
+    h.api.fail = lambda verb, what: None
+    for _ in range(3):
+        h.sync(2)
+    assert set(h.api.pods()) == {"job-0", "job-1", "job-2", "job-2-a0r1"}
+    st = h.status
+    assert st["ranks"][2]["pod"] == "job-2-a0r1"
+    assert st["counters"]["restarts"] == 1
+
+
+def test_conflict_rereads_and_decides_again() -> None:
+    """Someone wrote the job since it was read: the write is refused, the job re-read,
+    and no pod is touched on the stale decision."""
+    h = Harness(make_job())
+    start(h)
+    h.api.set_pod("job-0", terminated(0))
+    h.api.set_pod("job-1", terminated(0))
+    h.ctrl.jobs.put(copy.deepcopy(h.api.job))
+    h.ctrl.pods.replace_all(copy.deepcopy(list(h.api.pods().values())))
+    h.api.job["metadata"]["resourceVersion"] = "999"  # a write by someone else
+    h.ctrl.sync(("ns", "job"))
+    assert ("get", "job") in h.api.calls
+    assert set(h.api.pods()) == {"job-0", "job-1"}
+    assert h.ctrl.jobs.get(("ns", "job"))["metadata"]["resourceVersion"] == "999"
+    h.sync()
+    assert h.status["phase"] == "Succeeded"
+
+
+def test_status_404_forgets_the_job() -> None:
+    h = Harness(make_job())
+    h.ctrl.jobs.put(copy.deepcopy(h.api.job))
+    h.api.job = None  # type: ignore[assignment]
+    h.ctrl.sync(("ns", "job"))
+    assert h.ctrl.jobs.get(("ns", "job")) is None
+    assert h.api.pods() == {}
+
+
+def test_foreign_launcher_configmap_blocks_the_job() -> None:
+    """A ConfigMap someone else made under the launcher's name never runs: no pod is
+    created, the job says which object is in the way, and it starts once it is gone."""
+    h = Harness(make_job())
+    digest = launcher_digest(packaged_launcher())[:10]
+    name = f"job-launcher-{digest}"
+    h.api.objects[("ConfigMap", name)] = {
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ns", "uid": "evil", "resourceVersion": "1"},
+        "data": {"launcher.py": "print('pwned')"},
+    }
+    h.sync()
+    h.sync(1)
+    assert h.api.pods() == {}
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert blocked["status"] == "True" and name in blocked["message"]
+    h.ctrl._events.shutdown(wait=True)  # events are posted from a side pool
+    assert ("create", "Event/ObjectInTheWay") in h.api.calls
+    assert ("ConfigMap", name) in h.api.objects, "not ours: never deleted"
+    del h.api.objects[("ConfigMap", name)]
+    h.sync(5)
+    assert set(h.api.pods()) == {"job-0", "job-1"}
+    assert h.api.objects[("ConfigMap", name)]["metadata"]["ownerReferences"][0]["uid"] == UID
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert blocked["status"] == "False"
+
+
+def test_predecessors_service_makes_the_job_wait() -> None:
+    h = Harness(make_job())
+    h.api.objects[("Service", "job")] = {
+        "kind": "Service",
+        "metadata": {
+            "name": "job",
+            "uid": "old-svc",
+            "resourceVersion": "1",
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [
+                {"kind": "DistributedTrainingJob", "name": "job", "uid": "old", "controller": True}
+            ],
+        },
+    }
+    h.sync()
+    assert h.api.pods() == {}
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert "previous job of the same name" in blocked["message"]
+    del h.api.objects[("Service", "job")]  # the garbage collector got to it
+    h.sync(5)
+    assert set(h.api.pods()) == {"job-0", "job-1"}
+
+
+def test_unowned_pod_with_the_jobs_labels_is_neither_adopted_nor_deleted() -> None:
+    h = Harness(make_job(nodes=1))
+    h.api.objects[("Pod", "job-0")] = {
+        "kind": "Pod",
+        "metadata": {
+            "name": "job-0",
+            "uid": "hand-made",
+            "resourceVersion": "1",
+            "namespace": "ns",
+            "labels": {"torchrun.dev/job-name": "job", "torchrun.dev/node-rank": "0",
+                       "torchrun.dev/attempt": "0"},
+        },
+        "spec": {},
+        "status": terminated(0),
+    }  # fmt: skip
+    for _ in range(3):
+        h.sync(1)
+    st = h.status
+    assert st["phase"] != "Succeeded", "a pod that is not ours says nothing about the job"
+    assert h.api.pods()["job-0"]["metadata"]["uid"] == "hand-made"
+    assert any(c["type"] == "Blocked" and c["status"] == "True" for c in st["conditions"])
+
+
+def test_ttl_delete_carries_the_uid_precondition() -> None:
+    h = Harness(make_job(runPolicy={"ttlSecondsAfterFinished": 0}))
+    deleted: list[Any] = []
+    h.api.delete_namespaced_custom_object = lambda *a, **kw: deleted.append(kw)  # type: ignore[method-assign]
+    start(h)
+    for name in ("job-0", "job-1"):
+        h.api.set_pod(name, terminated(0))
+    h.sync(1)
+    h.sync(1)
+    assert deleted and deleted[0]["body"].preconditions.uid == UID
