@@ -18,6 +18,37 @@ from kubernetes import client, utils
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
 JOB_LABEL = "torchrun.dev/job-name"
+# Not pulled on the local cluster (pods run with the test environment's Python and torch);
+# the image a user would name.
+IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
+
+
+def quick_job(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
+    """A job whose one worker per pod prints and exits 0."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "DistributedTrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "nodes": nodes,
+            "nprocPerNode": 1,
+            "rendezvous": {"joinTimeoutSeconds": 90},
+            **spec,
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": IMAGE,
+                            "command": ["python", "-c", "print('user program ran')"],
+                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
 
 
 def load_docs(path: Path | str) -> list[dict[str, Any]]:

@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from ..api import names
 from ..api.models import JobSpec
 from ..render import render_pod, world_size
+from . import budget, hang
 from . import conditions as cond
-from . import hang
 from .observe import PodView, rank_entry, truncate, view
 from .plan import Event, Plan
 from .rootcause import WINDOW, Candidate, classify, lost_candidate, pod_candidates, root_cause
@@ -105,7 +105,7 @@ class _Ctx:
         return Plan(
             create=[] if self.blocked else self.create,
             delete=self.delete,
-            status=self.status,
+            status=budget.bound(self.status),
             events=self.events,
             requeue_after=min(max(0.0, min(positive)), MAX_REQUEUE_SECONDS) if positive else None,
             delete_job=self.delete_job,

@@ -19,6 +19,11 @@ def packaged_launcher() -> str:
     return resources.files("torchrun_operator.launcher").joinpath(LAUNCHER_KEY).read_text()
 
 
+@cache
+def packaged_launcher_digest() -> str:
+    return launcher_digest(packaged_launcher())
+
+
 def launcher_digest(source: str) -> str:
     """sha256 of the launcher's bytes, as the pod checks it before running it."""
     return hashlib.sha256(source.encode()).hexdigest()

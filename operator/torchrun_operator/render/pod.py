@@ -8,7 +8,7 @@ from typing import Any
 from ..api import names
 from ..api.models import JobSpec
 from .common import child_metadata
-from .configmap import LAUNCHER_KEY, launcher_digest, packaged_launcher
+from .configmap import LAUNCHER_KEY, packaged_launcher_digest
 from .sizing import job_spec, nproc_per_node
 
 LAUNCHER_DIR = "/opt/torchrun-operator"
@@ -99,7 +99,7 @@ def _trainer(
     job: dict[str, Any], spec: JobSpec, container: dict[str, Any], node_index: int, attempt: int
 ) -> dict[str, Any]:
     program = list(container.get("command") or []) + list(container.get("args") or [])
-    digest = launcher_digest(packaged_launcher())
+    digest = packaged_launcher_digest()
     container["command"] = ["python", "-c", LAUNCHER_BOOTSTRAP, LAUNCHER_PATH, digest]
     container["args"] = [*torchrun_args(job, node_index, attempt), "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
@@ -132,9 +132,7 @@ def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, An
     volumes = [
         v for v in pod_spec.get("volumes") or [] if not v.get("name", "").startswith("torchrun-")
     ]
-    cm = names.launcher_configmap_name(
-        job["metadata"]["name"], launcher_digest(packaged_launcher())
-    )
+    cm = names.launcher_configmap_name(job["metadata"]["name"], packaged_launcher_digest())
     volumes.append({"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}})
     volumes.append({"name": VOLUME_LAUNCHER, "configMap": {"name": cm, "defaultMode": 0o444}})
     volumes.append({"name": VOLUME_STATE, "emptyDir": {}})
