@@ -10,7 +10,9 @@ The install manifest gets the same two changes through `kubectl patch` after `ku
 
 While these tests run, the session's own operator (fixture `operator`) is stopped, so that
 the installed operator alone can make the job succeed: a missing permission cannot hide
-behind another operator doing the work.
+behind another operator doing the work. Both then ask the apiserver's authorizer
+(SubjectAccessReview, as `kubectl auth can-i --as` does) that the operator's ServiceAccount may
+make every call the operator makes, and none of a list of calls it does not make.
 """
 
 from __future__ import annotations
@@ -136,24 +138,131 @@ def allowed(
     resource: str,
     namespace: str | None = None,
     group: str = "",
+    name: str | None = None,
 ) -> bool:
+    """What the apiserver's authorizer answers for `user` (a ServiceAccount), as
+    `kubectl auth can-i --as` asks it: a SubjectAccessReview with the groups the token carries."""
+    sa_namespace = user.split(":")[2]
     review = auth.create_subject_access_review(
         {
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
                 "user": user,
-                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"],
+                "groups": [
+                    "system:serviceaccounts",
+                    f"system:serviceaccounts:{sa_namespace}",
+                    "system:authenticated",
+                ],
                 "resourceAttributes": {
                     "verb": verb,
                     "resource": resource,
                     "group": group,
                     **({"namespace": namespace} if namespace else {}),
+                    **({"name": name} if name else {}),
                 },
             },
         }
     )
     return bool(review.status.allowed)
+
+
+# Every call the operator makes in a namespace it serves, as (verb, resource, group); the
+# chart's unit test holds the rules to the same set (tests/unit/test_chart.py).
+NAMESPACED_NEEDS = [
+    *[(v, "pods", "") for v in ("get", "list", "watch", "create", "delete")],
+    *[(v, r, "") for r in ("services", "configmaps") for v in ("get", "create")],
+    *[(v, "networkpolicies", "networking.k8s.io") for v in ("get", "create")],
+    *[(v, "distributedtrainingjobs", "torchrun.dev") for v in ("get", "list", "watch", "delete")],
+    ("patch", "distributedtrainingjobs/status", "torchrun.dev"),
+    ("update", "distributedtrainingjobs/finalizers", "torchrun.dev"),
+    ("create", "events", ""),
+]
+# Namespaced calls it never makes: each was granted once, or is a near miss.
+NAMESPACED_DENIALS = [
+    ("list", "configmaps", ""),
+    ("delete", "configmaps", ""),
+    ("patch", "configmaps", ""),
+    ("list", "services", ""),
+    ("patch", "services", ""),
+    ("delete", "services", ""),
+    ("patch", "pods", ""),
+    ("update", "pods", ""),
+    ("create", "pods/exec", ""),
+    ("get", "secrets", ""),
+    ("patch", "events", ""),
+    ("create", "events", "events.k8s.io"),
+    ("list", "networkpolicies", "networking.k8s.io"),
+    ("delete", "networkpolicies", "networking.k8s.io"),
+    ("create", "distributedtrainingjobs", "torchrun.dev"),
+    ("patch", "distributedtrainingjobs", "torchrun.dev"),
+]
+
+
+def check_operator_access(
+    auth: client.AuthorizationV1Api,
+    sa: str,
+    served: str,
+    release_ns: str,
+    lease: str,
+    cluster_wide: bool = False,
+) -> None:
+    """Every verb the operator needs is allowed in namespace `served`, and the ones it does
+    not need are denied; `cluster_wide`: it serves every namespace (a ClusterRole)."""
+    missing = [
+        (verb, resource, served)
+        for verb, resource, group in NAMESPACED_NEEDS
+        if not allowed(auth, sa, verb, resource, served, group)
+    ]
+    lease_needs = [("create", None), ("get", lease), ("update", lease)]
+    missing += [
+        (verb, f"leases/{name}", release_ns)
+        for verb, name in lease_needs
+        if not allowed(auth, sa, verb, "leases", release_ns, "coordination.k8s.io", name)
+    ]
+    cluster_reads = [
+        ("customresourcedefinitions", "apiextensions.k8s.io"),
+        ("namespaces", ""),
+    ]
+    missing += [
+        (verb, resource, "")
+        for resource, group in cluster_reads
+        for verb in ("list", "watch")
+        if not allowed(auth, sa, verb, resource, None, group)
+    ]
+    assert not missing, f"the operator lacks {missing}"
+
+    denied: list[tuple[str, str, str | None, str, str | None]] = [
+        (verb, resource, served, group, None) for verb, resource, group in NAMESPACED_DENIALS
+    ]
+    if not cluster_wide:
+        denied += [
+            ("create", "pods", "default", "", None),  # namespaces it does not serve
+            ("create", "pods", release_ns, "", None),
+        ]
+    denied += [
+        ("list", "secrets", release_ns, "", None),
+        ("list", "leases", release_ns, "coordination.k8s.io", None),
+        ("watch", "leases", release_ns, "coordination.k8s.io", None),
+        ("patch", "leases", release_ns, "coordination.k8s.io", lease),
+        ("update", "leases", release_ns, "coordination.k8s.io", "another-lease"),
+        ("delete", "leases", release_ns, "coordination.k8s.io", lease),
+        ("create", "leases", served, "coordination.k8s.io", None),
+        ("get", "namespaces", None, "", None),
+        ("create", "clusterroles", None, "rbac.authorization.k8s.io", None),
+        ("delete", "nodes", None, "", None),
+    ]
+    wrongly = [
+        (verb, resource, ns, name)
+        for verb, resource, ns, group, name in denied
+        if allowed(auth, sa, verb, resource, ns, group, name)
+    ]
+    assert not wrongly, f"the operator may do more than it needs: {wrongly}"
+
+
+def dep_args(deployment: dict[str, Any]) -> list[str]:
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args
 
 
 def run_cpu_example(kube: client.ApiClient, namespace: str) -> dict[str, Any]:
@@ -197,29 +306,23 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
         done = run_cpu_example(kube, namespace)
         assert done["status"]["worldSize"] == 4
+        # The chart's default (jobNetworkPolicy.enabled): the job got its NetworkPolicy, created
+        # with the chart's RBAC. (Whether it is enforced is the CNI's business; localkube's
+        # pod network enforces none.)
+        policy = client.NetworkingV1Api(kube).read_namespaced_network_policy(
+            done["metadata"]["name"], namespace
+        )
+        assert [r.uid for r in policy.metadata.owner_references] == [done["metadata"]["uid"]]
+        assert policy.spec.policy_types == ["Ingress"]
 
         log = pod_log(cluster, release_ns, pod.metadata.name)
         assert log, "the operator pod wrote no log"
         assert not rbac_denials(log), log[-4000:]
         assert "Traceback" not in log, log[-4000:]
 
-        # Not more than needed.
-        auth = client.AuthorizationV1Api(kube)
+        # Everything it needs, and not more: asked of the apiserver's authorizer.
         sa = f"system:serviceaccount:{release_ns}:{FULLNAME}"
-        assert allowed(auth, sa, "create", "pods", namespace)
-        assert allowed(
-            auth, sa, "patch", "distributedtrainingjobs/status", namespace, "torchrun.dev"
-        )
-        for verb, resource, ns, group in [
-            ("get", "secrets", namespace, ""),
-            ("list", "secrets", release_ns, ""),
-            ("create", "clusterroles", None, "rbac.authorization.k8s.io"),
-            ("delete", "nodes", None, ""),
-            ("create", "pods/exec", namespace, ""),
-            ("create", "pods", "default", ""),  # a namespace it does not serve
-            ("update", "leases", release_ns, "coordination.k8s.io"),  # only its own Lease
-        ]:
-            assert not allowed(auth, sa, verb, resource, ns, group), (verb, resource, ns)
+        check_operator_access(client.AuthorizationV1Api(kube), sa, namespace, release_ns, FULLNAME)
 
         # helm upgrade: a changed value rolls out, and the new pod is ready.
         run(
@@ -335,6 +438,16 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
         log = pod_log(cluster, ns, pod.metadata.name)
         assert log, "the operator pod wrote no log"
         assert not rbac_denials(log), log[-4000:]
+        sa = f"system:serviceaccount:{ns}:{pod.spec.service_account_name}"
+        lease = next(a for a in dep_args(dep) if a.startswith("--leader-election-id="))
+        check_operator_access(
+            client.AuthorizationV1Api(kube),
+            sa,
+            namespace,
+            ns,
+            lease.split("=", 1)[1],
+            cluster_wide=True,
+        )
     finally:
         deleted = subprocess.run(
             [*k, "delete", "-f", str(INSTALL), "--ignore-not-found", "--wait", "--timeout=120s"],

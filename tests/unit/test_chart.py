@@ -56,6 +56,22 @@ def one(objs: Iterable[Obj], kind: str, namespace: str | None = None) -> Obj:
     return found[0]
 
 
+Grant = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName or None)
+
+
+def grants(rules: list[Obj]) -> set[Grant]:
+    """Every (group, resource, verb, name) a list of rules allows, spelled out."""
+    out: set[Grant] = set()
+    for rule in rules:
+        assert set(rule) <= {"apiGroups", "resources", "verbs", "resourceNames"}, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    for name in rule.get("resourceNames") or [None]:
+                        out.add((group, resource, verb, name))
+    return out
+
+
 def allows(rules: list[Obj], group: str, resource: str, verb: str, name: str | None = None) -> bool:
     for rule in rules:
         if (
@@ -68,22 +84,21 @@ def allows(rules: list[Obj], group: str, resource: str, verb: str, name: str | N
     return False
 
 
-# What the operator does in a namespace it serves (DESIGN "Operator mechanics" and the brief).
+# Exactly what the operator does in a namespace it serves (docs/security.md has the table):
+# controller.py, kube/podwatch.py, kube/events.py, and kopf's watch of the jobs.
 NAMESPACED_NEEDS = [
-    *[
-        ("", r, v)
-        for r in ("pods", "services", "configmaps")
-        for v in ("get", "list", "watch", "create", "patch", "delete")
-    ],
-    *[
-        ("torchrun.dev", "distributedtrainingjobs", v)
-        for v in ("get", "list", "watch", "patch", "delete")
-    ],  # delete: TTL after finished
+    # podwatch lists and watches by label; gang restarts delete; get: the owner check after a
+    # create's 409.
+    *[("", "pods", v) for v in ("get", "list", "watch", "create", "delete")],
+    # Created once per job; get: the owner check after a create's 409.
+    *[("", r, v) for r in ("services", "configmaps") for v in ("get", "create")],
+    *[("networking.k8s.io", "networkpolicies", v) for v in ("get", "create")],
+    # kopf lists and watches; get: re-read after a conflict; delete: TTL after finished.
+    *[("torchrun.dev", "distributedtrainingjobs", v) for v in ("get", "list", "watch", "delete")],
     ("torchrun.dev", "distributedtrainingjobs/status", "patch"),
-    ("", "events", "create"),
-    ("", "events", "patch"),
-    ("events.k8s.io", "events", "create"),
-    ("events.k8s.io", "events", "patch"),
+    # Only for OwnerReferencesPermissionEnforcement (blockOwnerDeletion on children).
+    ("torchrun.dev", "distributedtrainingjobs/finalizers", "update"),
+    ("", "events", "create"),  # ours and kopf's, core/v1, never patched
 ]
 # kopf's runtime discovery, cluster-scoped whatever the namespaces served.
 CLUSTER_READS = [
@@ -92,6 +107,33 @@ CLUSTER_READS = [
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
 ]
+# What a least-privilege role must not allow: each was granted once, or is a near miss.
+NAMESPACED_DENIALS = [
+    ("", "configmaps", "list"),
+    ("", "configmaps", "watch"),
+    ("", "configmaps", "delete"),
+    ("", "configmaps", "patch"),
+    ("", "services", "list"),
+    ("", "services", "patch"),
+    ("", "services", "delete"),
+    ("", "pods", "patch"),
+    ("", "pods", "update"),
+    ("", "pods/exec", "create"),
+    ("", "secrets", "get"),
+    ("", "events", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("networking.k8s.io", "networkpolicies", "list"),
+    ("networking.k8s.io", "networkpolicies", "patch"),
+    ("networking.k8s.io", "networkpolicies", "delete"),
+    ("torchrun.dev", "distributedtrainingjobs", "create"),
+    ("torchrun.dev", "distributedtrainingjobs", "patch"),
+    ("torchrun.dev", "distributedtrainingjobs", "update"),
+    ("torchrun.dev", "distributedtrainingjobs/status", "get"),
+]
+
+
+def exactly(needs: Iterable[tuple[str, str, str]]) -> set[Grant]:
+    return {(g, r, v, None) for g, r, v in needs}
 
 
 def deployment_container(objs: list[Obj]) -> Obj:
@@ -143,8 +185,18 @@ def test_deployment_args_default_to_all_namespaces_with_leader_election() -> Non
         "--metrics-port=9090",
         f"--leader-election-namespace={NS}",
         f"--leader-election-id={lease_name}",
+        "--network-policy",
         "--log-format=json",
     ]
+
+
+def test_job_network_policy_value_becomes_the_operator_flag() -> None:
+    objs = render("jobNetworkPolicy.enabled=false")
+    args = deployment_container(objs)["args"]
+    assert "--no-network-policy" in args and "--network-policy" not in args
+    # Still granted: a job's own spec.networkPolicy.enabled=true asks for one.
+    rules = one(objs, "ClusterRole")["rules"]
+    assert grants(rules) == exactly(NAMESPACED_NEEDS + CLUSTER_READS)
 
 
 def test_probes_hit_healthz_on_the_liveness_port() -> None:
@@ -201,17 +253,13 @@ def test_deployment_meets_pod_security_restricted() -> None:
 def test_cluster_wide_rbac_grants_what_the_operator_does_and_no_more() -> None:
     objs = render()
     role = one(objs, "ClusterRole")
-    for group, resource, verb in NAMESPACED_NEEDS + CLUSTER_READS:
-        assert allows(role["rules"], group, resource, verb), (group, resource, verb)
-    for rule in role["rules"]:
-        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert "*" not in rule["apiGroups"]
-        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
-    assert not allows(role["rules"], "", "secrets", "get")
-    assert not allows(role["rules"], "", "pods/exec", "create")
+    assert grants(role["rules"]) == exactly(NAMESPACED_NEEDS + CLUSTER_READS)
+    for group, resource, verb in NAMESPACED_DENIALS:
+        assert not allows(role["rules"], group, resource, verb), (group, resource, verb)
     assert not allows(role["rules"], "", "namespaces", "get")  # list/watch only
-    assert not allows(role["rules"], "torchrun.dev", "distributedtrainingjobs", "create")
     assert not allows(role["rules"], "", "nodes", "list")
+    for rule in role["rules"]:
+        assert not {"escalate", "bind", "impersonate", "*"} & set(rule["verbs"])
     binding = one(objs, "ClusterRoleBinding")
     sa = one(objs, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -229,15 +277,11 @@ def test_watch_namespaces_use_roles_per_namespace() -> None:
     assert "--all-namespaces" not in args
 
     cluster_role = one(objs, "ClusterRole")
-    for group, resource, verb in CLUSTER_READS:
-        assert allows(cluster_role["rules"], group, resource, verb)
-    for group, resource, verb in NAMESPACED_NEEDS:
-        assert not allows(cluster_role["rules"], group, resource, verb), (group, resource, verb)
+    assert grants(cluster_role["rules"]) == exactly(CLUSTER_READS)
 
     for ns in ("team-a", "team-b"):
         role = one(objs, "Role", ns)
-        for group, resource, verb in NAMESPACED_NEEDS:
-            assert allows(role["rules"], group, resource, verb), (ns, group, resource, verb)
+        assert grants(role["rules"]) == exactly(NAMESPACED_NEEDS), ns
         binding = one(objs, "RoleBinding", ns)
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
@@ -251,11 +295,13 @@ def test_lease_role_is_confined_to_the_release_namespace_and_its_lease() -> None
     objs = render("leaderElection.id=my-lease")
     role = one(objs, "Role", NS)
     assert "--leader-election-id=my-lease" in deployment_container(objs)["args"]
-    for verb in ("get", "update", "patch"):
-        assert allows(role["rules"], "coordination.k8s.io", "leases", verb, name="my-lease")
-        assert not allows(role["rules"], "coordination.k8s.io", "leases", verb, name="other")
-    assert allows(role["rules"], "coordination.k8s.io", "leases", "create")
-    assert {g for r in role["rules"] for g in r["apiGroups"]} == {"coordination.k8s.io"}
+    # kube/leader.py reads, creates and replaces its one Lease: no list, watch or patch.
+    # create cannot be limited by name (RBAC authorizes it before the name is known).
+    assert grants(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", None),
+        ("coordination.k8s.io", "leases", "get", "my-lease"),
+        ("coordination.k8s.io", "leases", "update", "my-lease"),
+    }
     binding = one(objs, "RoleBinding", NS)
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
 
@@ -319,6 +365,7 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
         ("logFormat=xml", "at '/logFormat'"),
         ("metrics.port=70000", "at '/metrics/port'"),
         ("replicaCont=2", "additional properties 'replicaCont' not allowed"),
+        ("jobNetworkPolicy.enabled=maybe", "at '/jobNetworkPolicy/enabled'"),
     ],
 )
 def test_schema_rejects_bad_values_with_a_clear_message(value: str, message: str) -> None:
@@ -341,16 +388,21 @@ def test_chart_crds_are_a_copy_of_the_generated_ones() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sets", "namespaces"),
-    [((), []), (("watchNamespaces={team-a,team-b}",), ["team-a", "team-b"])],
+    ("sets", "namespaces", "network_policy"),
+    [
+        ((), [], True),
+        (("watchNamespaces={team-a,team-b}",), ["team-a", "team-b"], True),
+        (("jobNetworkPolicy.enabled=false",), [], False),
+    ],
 )
 def test_rendered_args_are_accepted_by_the_operator(
-    sets: tuple[str, ...], namespaces: list[str]
+    sets: tuple[str, ...], namespaces: list[str], network_policy: bool
 ) -> None:
     from torchrun_operator.main import parse
 
     args = parse(deployment_container(render(*sets))["args"])
     assert args.namespace == namespaces
     assert args.all_namespaces is (not namespaces)
+    assert args.network_policy is network_policy
     assert args.leader_election_namespace == NS
     assert (args.liveness_port, args.metrics_port, args.log_format) == (8080, 9090, "json")

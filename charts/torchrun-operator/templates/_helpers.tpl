@@ -48,30 +48,42 @@ app.kubernetes.io/part-of: torchrun-operator
 
 {{/*
 Rules on the job's children and the job itself: granted cluster-wide or per watched namespace.
+Exactly the calls the operator makes (controller.py, kube/), and no more: docs/security.md has
+the table. No patch or update of children, no list but of pods: the operator creates each
+child once, reads one back by name only to check who owns it, and deletes only pods.
 */}}
 {{- define "torchrun-operator.namespacedRules" -}}
-# The job's children. delete: gang restarts replace pods; patch: labels and graceful deletion.
+# The pod watch (list, watch, by label); creates; deletes for gang restarts and cleanup; get:
+# after a create's 409, whether the pod holding the name is the job's (list reveals as much).
 - apiGroups: [""]
-  resources: [pods, services, configmaps]
-  verbs: [get, list, watch, create, patch, delete]
-# delete: spec.runPolicy.ttlSecondsAfterFinished removes finished jobs.
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+# Created once per job; get: an existing object of that name must be owned by the job.
+- apiGroups: [""]
+  resources: [services, configmaps]
+  verbs: [get, create]
+# The per-job NetworkPolicy. Granted whatever jobNetworkPolicy.enabled says: a job's own
+# spec.networkPolicy.enabled=true asks for one even when the operator's default is off.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create]
+# kopf's list and watch; get by name; delete: spec.runPolicy.ttlSecondsAfterFinished.
 - apiGroups: [torchrun.dev]
   resources: [distributedtrainingjobs]
-  verbs: [get, list, watch, patch, delete]
+  verbs: [get, list, watch, delete]
 - apiGroups: [torchrun.dev]
   resources: [distributedtrainingjobs/status]
-  verbs: [get, patch]
+  verbs: [patch]
 # Children carry ownerReferences with blockOwnerDeletion; clusters running the
 # OwnerReferencesPermissionEnforcement admission plugin (OpenShift) require this to set them.
+# The operator never calls it.
 - apiGroups: [torchrun.dev]
   resources: [distributedtrainingjobs/finalizers]
   verbs: [update]
+# Our events (kube/events.py) and kopf's: core/v1 only, created and never patched.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create, patch]
-- apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs: [create, patch]
+  verbs: [create]
 {{- end }}
 
 {{/* kopf's own cluster-scoped reads: it discovers CRDs and namespaces at runtime. */}}
