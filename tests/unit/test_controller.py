@@ -9,6 +9,7 @@ controller's caches are fed from the fake before each sync, as its watches would
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import Callable
@@ -246,10 +247,8 @@ class Harness:
             return
         self.ctrl.jobs.put(copy.deepcopy(self.api.job))
         self.ctrl.pods.replace_all(copy.deepcopy(list(self.api.pods().values())))
-        try:
+        with contextlib.suppress(ApiException, Lost):
             self.ctrl.sync(("ns", "job"))
-        except (ApiException, Lost):
-            pass
 
     def crash(self) -> None:
         """SIGKILL and restart: nothing of the old controller survives."""

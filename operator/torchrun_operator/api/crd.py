@@ -4,8 +4,10 @@
 
 Pydantic's JSON schema is turned into a structural OpenAPI v3 schema: $refs inlined, nullable
 branches dropped, `int | str` as `x-kubernetes-int-or-string`, defaults kept (nested objects
-default to `{}` so their own field defaults apply), and the rules pydantic checks in Python
-repeated as CEL so the apiserver rejects bad jobs at `kubectl apply`.
+default to `{}` so their own field defaults apply), descriptions (the models' docstrings) on
+one line per paragraph. The CEL rules that make the apiserver reject bad jobs at `kubectl
+apply` come with the models (api/models.py), next to the Python checks they repeat; only the
+rules on the object's metadata, which no model describes, are here.
 """
 
 from __future__ import annotations
@@ -19,36 +21,6 @@ from . import names
 from .models import JobSpec, JobStatus
 
 JsonDict = dict[str, Any]
-
-_TRAINER = "self.template.spec.containers[0]"
-_GPU = "'nvidia.com/gpu'"
-
-SPEC_RULES: list[JsonDict] = [
-    {
-        "rule": "!has(self.elastic) || (self.elastic.minNodes <= self.nodes && "
-        "(!has(self.elastic.maxNodes) || self.nodes <= self.elastic.maxNodes))",
-        "message": "elastic: need minNodes <= nodes <= maxNodes",
-    },
-    {
-        "rule": "!has(self.nprocPerNode) || type(self.nprocPerNode) != int "
-        "|| self.nprocPerNode >= 1",
-        "message": "nprocPerNode must be at least 1",
-    },
-    {
-        "rule": "!has(self.nprocPerNode) || type(self.nprocPerNode) != string "
-        "|| self.nprocPerNode == 'gpu'",
-        "message": 'nprocPerNode must be an integer or "gpu"',
-    },
-    {
-        "rule": "!has(self.nprocPerNode) || type(self.nprocPerNode) != string || "
-        "self.nprocPerNode != 'gpu' || "
-        f"(has({_TRAINER}.resources) && ("
-        f"(has({_TRAINER}.resources.limits) && {_GPU} in {_TRAINER}.resources.limits) || "
-        f"(has({_TRAINER}.resources.requests) && {_GPU} in {_TRAINER}.resources.requests)))",
-        "message": 'nprocPerNode "gpu" needs a nvidia.com/gpu limit on the first container '
-        "(the trainer)",
-    },
-]
 
 ROOT_RULES: list[JsonDict] = [
     {
@@ -81,6 +53,22 @@ PRINTER_COLUMNS: list[JsonDict] = [
 
 _DROP = {"title", "additionalProperties", "$defs"}
 
+# The standard fields, described as for every Kubernetes object.
+_API_VERSION = (
+    "APIVersion defines the versioned schema of this representation of an object: "
+    f"{names.API_VERSION}."
+)
+_KIND = f"Kind is the REST resource this object represents: {names.KIND}."
+_OBJECT = (
+    "A distributed PyTorch training job: one pod per node runs torchrun against a c10d "
+    "rendezvous, and the status tells which pod holds which ranks and why it failed."
+)
+
+
+def _one_line(text: str) -> str:
+    """A docstring as the CRD's description: paragraphs kept, line breaks within them not."""
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
 
 def _is_null(node: JsonDict) -> bool:
     return node.get("type") == "null"
@@ -89,6 +77,8 @@ def _is_null(node: JsonDict) -> bool:
 def _structural(node: JsonDict, defs: JsonDict) -> JsonDict:
     """Convert one pydantic JSON-schema node into a structural schema node."""
     node = dict(node)
+    if isinstance(node.get("description"), str):
+        node["description"] = _one_line(node["description"])
     if "$ref" in node:
         target = defs[node.pop("$ref").split("/")[-1]]
         merged = {**target, **node}
@@ -136,19 +126,20 @@ def model_schema(model: type[JobSpec] | type[JobStatus]) -> JsonDict:
 
 
 def openapi_schema() -> JsonDict:
-    spec = model_schema(JobSpec)
-    spec["x-kubernetes-validations"] = SPEC_RULES
     return {
         "type": "object",
+        "description": _OBJECT,
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
+            "apiVersion": {"type": "string", "description": _API_VERSION},
+            "kind": {"type": "string", "description": _KIND},
+            # The apiserver allows nothing but name restrictions here (no descriptions):
+            # `kubectl explain` shows the standard ObjectMeta.
             "metadata": {
                 "type": "object",
                 "properties": {"name": {"type": "string", "maxLength": 63}},
             },
-            "spec": spec,
+            "spec": model_schema(JobSpec),
             "status": model_schema(JobStatus),
         },
         "x-kubernetes-validations": ROOT_RULES,

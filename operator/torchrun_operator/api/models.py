@@ -1,32 +1,97 @@
 """The DistributedTrainingJob API: pydantic models are the single source of truth.
 
-The CRD schema (api/crd.py) is generated from these models; the shell may also validate a
-job with `JobSpec.model_validate(obj["spec"])` to reject what the apiserver let through.
+The CRD schema (api/crd.py) is generated from these models: field docstrings become the
+descriptions `kubectl explain` shows, and each model's CEL rules (`RULES`) sit next to the
+Python check that refuses the same input. The apiserver so refuses a bad job at `kubectl
+apply`; whatever reaches the reconciler anyway (a CRD installed without the rules, an
+apiserver too old for them) fails `JobSpec.model_validate` there and the job turns Failed with
+reason InvalidSpec. Transition rules (they compare with `oldSelf`) are CEL only: the
+reconciler never sees the previous spec. docs/bad-input.md lists the refusals.
 Wire names are camelCase; Python attributes are snake_case.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# Bounds that keep CEL rules inside the apiserver's cost budget and the status small.
-MAX_NODES = 4096
+
+# Bounds. Besides what each comment gives as its reason, every bound is finite so that CEL
+# rules stay inside the apiserver's cost budget and a typo (an extra digit) is refused.
+MAX_NODES = 4096  # more pods than the largest training clusters have nodes
 MAX_CONTAINERS = 64
+# Pods have a few volumes; cloud disks attach at most ~128 per node.
+MAX_VOLUMES = 256
+MAX_VOLUME_MOUNTS = 256
+# Linux PATH_MAX: no mount path is longer.
+MAX_PATH_LENGTH = 4096
+# Worker processes per pod: one per GPU or core, and no node has a thousand of either.
+MAX_PROCS_PER_NODE = 1024
+# A job's run time and how long a finished job is kept: no training run lasts a year; the
+# reconciler's timers wake at least hourly, so any length costs nothing.
+MAX_DURATION_SECONDS = 366 * 24 * 3600
+# Waits for what takes seconds or minutes (a rendezvous join, DNS, one training step, the
+# back-off between attempts): a job stuck longer than a day is better failed than waiting.
+MAX_TIMEOUT_SECONDS = 24 * 3600
+# Restarts (gang or torchrun's in-pod): each costs a rendezvous and a checkpoint load; a
+# thousand of them is a crash loop, not a recovery.
+MAX_RESTARTS = 1000
+
+# What the operator itself puts into every pod (render/pod.py uses these): a user volume
+# with the prefix would be replaced by the operator's, and a trainer mount at or under one of
+# the paths would hide the launcher, its state or the termination message. /dev/shm is not
+# reserved: the renderer keeps a user's own /dev/shm mount.
+RESERVED_VOLUME_PREFIX = "torchrun-"
+LAUNCHER_DIR = "/opt/torchrun-operator"
+STATE_DIR = "/var/run/torchrun"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+RESERVED_MOUNT_PATHS = (LAUNCHER_DIR, STATE_DIR, TERMINATION_MESSAGE_PATH)
 
 # A Kubernetes quantity: an integer or a string such as "2" or "500m".
 Quantity = int | str
+
+
+class Rule(NamedTuple):
+    """One CEL rule for the CRD (x-kubernetes-validations); its message is also the one the
+    Python check raises, so both sides say the same thing."""
+
+    rule: str
+    message: str
+    field_path: str | None = None
+
+    def schema(self) -> dict[str, str]:
+        out = {"rule": self.rule, "message": self.message}
+        if self.field_path:
+            out["fieldPath"] = self.field_path
+        return out
+
+
+def _model_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    rules: tuple[Rule, ...] = getattr(cls, "RULES", ())
+    if rules:
+        schema["x-kubernetes-validations"] = [r.schema() for r in rules]
+
+
+def _open_model_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    schema["x-kubernetes-preserve-unknown-fields"] = True
+    _model_rules(schema, cls)
 
 
 class _Wire(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are rejected."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        json_schema_extra=_model_rules,
     )
+    RULES: ClassVar[tuple[Rule, ...]] = ()
 
 
 class _Open(BaseModel):
@@ -37,36 +102,193 @@ class _Open(BaseModel):
         populate_by_name=True,
         extra="allow",
         frozen=True,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        use_attribute_docstrings=True,
+        json_schema_extra=_open_model_rules,
+    )
+    RULES: ClassVar[tuple[Rule, ...]] = ()
+
+
+# ---- GPU quantities -------------------------------------------------------------------------
+
+# Whole GPUs only, written plainly: "500m" and "0.5" are fractions, and "1e3" or "08", though
+# Kubernetes quantities, are surely typos. A string count is checked against the list of every
+# allowed spelling, because equality with short constants is all the apiserver's CEL cost
+# budget affords: its estimator takes a quantity string for as long as a whole request (3 MiB),
+# so a regex, int() or string() of one is over budget (Kubernetes 1.34 would honour a maxLength
+# there, older versions do not). Hence the list, and a bound that keeps it short: the largest
+# hosts have 16 GPUs.
+MAX_GPUS_PER_POD = 64
+_GPU_SPELLINGS = tuple(str(n) for n in range(MAX_GPUS_PER_POD + 1))
+_GPU_SPELLINGS_CEL = "[" + ", ".join(f"'{n}'" for n in _GPU_SPELLINGS) + "]"
+
+
+def gpu_count(quantity: Quantity) -> int | None:
+    """A GPU quantity as a whole number of GPUs (0 to MAX_GPUS_PER_POD), None if it is not."""
+    if isinstance(quantity, bool):
+        return None
+    if isinstance(quantity, int):
+        return quantity if 0 <= quantity <= MAX_GPUS_PER_POD else None
+    return int(quantity) if quantity in _GPU_SPELLINGS else None
+
+
+def _cel_gpu_count_ok(q: str) -> str:
+    """CEL for `gpu_count(q) is not None`; q is an int-or-string (dyn) expression."""
+    as_int = f"{q} >= 0 && {q} <= {MAX_GPUS_PER_POD}"
+    return f"(type({q}) == int ? ({as_int}) : {q} in {_GPU_SPELLINGS_CEL})"
+
+
+def _cel_same_gpu_count(a: str, b: str) -> str:
+    """CEL for `gpu_count(a) == gpu_count(b) is not None`, by trying each count: int() of a
+    quantity is as costly as a regex (see above)."""
+    counts = "[" + ", ".join(f"[dyn({n}), dyn('{n}')]" for n in _GPU_SPELLINGS) + "]"
+    return f"{counts}.exists(n, {a} in n && {b} in n)"
+
+
+def _cel_gpu_rule(table: str) -> Rule:
+    entry = f"self.{table}['{GPU_RESOURCE}']"
+    return Rule(
+        f"!has(self.{table}) || !('{GPU_RESOURCE}' in self.{table}) || {_cel_gpu_count_ok(entry)}",
+        f"{GPU_RESOURCE} must be a whole number of GPUs from 0 to {MAX_GPUS_PER_POD}, "
+        'e.g. 8 or "8" (not "500m", "0.5" or "1e3")',
+        f".{table}",
     )
 
 
+_GPU_LIMIT_FORMAT = _cel_gpu_rule("limits")
+_GPU_REQUEST_FORMAT = _cel_gpu_rule("requests")
+_REQ, _LIM = (f"self.{t}['{GPU_RESOURCE}']" for t in ("requests", "limits"))
+_GPU_REQUEST_NEEDS_LIMIT = Rule(
+    # A malformed request is the format rule's to report.
+    f"!has(self.requests) || !('{GPU_RESOURCE}' in self.requests) || "
+    f"!{_cel_gpu_count_ok(_REQ)} || (has(self.limits) && '{GPU_RESOURCE}' in self.limits && "
+    f"{_cel_same_gpu_count(_REQ, _LIM)})",
+    f"a {GPU_RESOURCE} request needs an equal {GPU_RESOURCE} limit (Kubernetes requires it "
+    "of GPUs; a limit alone is enough)",
+    ".requests",
+)
+
+
 class Resources(_Open):
+    """The container's compute resources, as in a Pod."""
+
+    RULES = (_GPU_LIMIT_FORMAT, _GPU_REQUEST_FORMAT, _GPU_REQUEST_NEEDS_LIMIT)
+
     limits: dict[str, Quantity] | None = None
+    """Most of each resource the container may use, e.g. {nvidia.com/gpu: 8, memory: 64Gi}."""
     requests: dict[str, Quantity] | None = None
+    """What the scheduler reserves for the container; for nvidia.com/gpu equal to the limit."""
+
+    @model_validator(mode="after")
+    def _check_gpus(self) -> Resources:
+        for table, rule in ((self.limits, _GPU_LIMIT_FORMAT), (self.requests, _GPU_REQUEST_FORMAT)):
+            if table and GPU_RESOURCE in table and gpu_count(table[GPU_RESOURCE]) is None:
+                raise ValueError(rule.message)
+        if self.requests and GPU_RESOURCE in self.requests:
+            limit = (self.limits or {}).get(GPU_RESOURCE)
+            if limit is None or gpu_count(limit) != gpu_count(self.requests[GPU_RESOURCE]):
+                raise ValueError(_GPU_REQUEST_NEEDS_LIMIT.message)
+        return self
+
+
+# ---- pod template ---------------------------------------------------------------------------
+
+
+class VolumeMount(_Open):
+    """A volume mounted into the container, as in a Pod."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    """The volume's name in the pod's volumes."""
+    mount_path: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+    """Where the volume appears in the container."""
 
 
 class Container(_Open):
     """The fields of a container we read; the rest of the container passes through."""
 
     name: Annotated[str, Field(min_length=1, max_length=63)]
+    """The container's name, unique in the pod."""
     image: Annotated[str, Field(min_length=1, max_length=4096)]
+    """The container image."""
     command: Annotated[
         list[Annotated[str, Field(max_length=65536)]], Field(min_length=1, max_length=4096)
-    ] = Field(description="The training program, e.g. [python, train.py]. Required.")
+    ]
+    """The training program, e.g. [python, train.py]; in the trainer torchrun runs it. Required."""
     args: list[str] | None = None
+    """Arguments appended to command."""
     resources: Resources | None = None
+    """Compute resources; the trainer's nvidia.com/gpu limit can set nprocPerNode."""
+    volume_mounts: Annotated[list[VolumeMount], Field(max_length=MAX_VOLUME_MOUNTS)] | None = None
+    """Volumes mounted into the container; the trainer may not use the operator's paths."""
+
+
+_RESERVED_VOLUME = Rule(
+    f"!self.name.startsWith('{RESERVED_VOLUME_PREFIX}')",
+    f'volume names starting with "{RESERVED_VOLUME_PREFIX}" are reserved for the '
+    "operator's own volumes",
+    ".name",
+)
+
+
+class Volume(_Open):
+    """A volume of the pod, as in a Pod; only its name is checked here."""
+
+    RULES = (_RESERVED_VOLUME,)
+
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    """The volume's name, unique in the pod; names starting with "torchrun-" are reserved."""
+
+    @model_validator(mode="after")
+    def _check_name(self) -> Volume:
+        if self.name.startswith(RESERVED_VOLUME_PREFIX):
+            raise ValueError(_RESERVED_VOLUME.message)
+        return self
+
+
+def _reserved_path(path: str) -> bool:
+    return any(path == p or path.startswith(p + "/") for p in RESERVED_MOUNT_PATHS)
+
+
+_RESERVED_PATHS_CEL = "[" + ", ".join(f"'{p}'" for p in RESERVED_MOUNT_PATHS) + "]"
+_RESERVED_MOUNT = Rule(
+    # An empty list is minItems' to report; containers[0] of it would be a CEL error.
+    "size(self.containers) == 0 || !has(self.containers[0].volumeMounts) || "
+    "self.containers[0].volumeMounts.all(m, "
+    f"!{_RESERVED_PATHS_CEL}.exists(p, m.mountPath == p || m.mountPath.startsWith(p + '/')))",
+    "the trainer (first container) may not mount anything at or under "
+    f"{', '.join(RESERVED_MOUNT_PATHS)}: the operator puts its launcher, its state and the "
+    "termination message there",
+    ".containers",
+)
 
 
 class PodSpec(_Open):
-    containers: Annotated[list[Container], Field(min_length=1, max_length=MAX_CONTAINERS)] = Field(
-        description="The first container is the trainer; torchrun runs in it."
-    )
+    """The pods' spec, as in a Pod; the operator adds torchrun to the first container."""
+
+    RULES = (_RESERVED_MOUNT,)
+
+    containers: Annotated[list[Container], Field(min_length=1, max_length=MAX_CONTAINERS)]
+    """The first container is the trainer; torchrun runs in it."""
+    volumes: Annotated[list[Volume], Field(max_length=MAX_VOLUMES)] | None = None
+    """The pod's volumes; the operator adds its own, named "torchrun-*"."""
+
+    @model_validator(mode="after")
+    def _check_trainer_mounts(self) -> PodSpec:
+        mounts = self.containers[0].volume_mounts or []
+        if any(_reserved_path(m.mount_path) for m in mounts):
+            raise ValueError(_RESERVED_MOUNT.message)
+        return self
 
 
 class PodTemplateSpec(_Open):
+    """The pod every node runs, as in a Deployment's template."""
+
     metadata: dict[str, Any] | None = None
+    """Labels and annotations copied onto every pod."""
     spec: PodSpec
+    """The pod's spec."""
+
+
+# ---- the job's spec -------------------------------------------------------------------------
 
 
 class Elastic(_Wire):
@@ -79,91 +301,179 @@ class Elastic(_Wire):
     """
 
     min_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    """Fewest pods training goes on with."""
     max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = None
+    """Most pods; unset: nodes. Set it to change nodes without suspending the job."""
 
 
 class Rendezvous(_Wire):
+    """torchrun's c10d rendezvous, hosted by pod 0."""
+
     port: Annotated[int, Field(ge=1, le=65535)] = 29400
-    join_timeout_seconds: Annotated[int, Field(ge=1)] = 600
-    dns_timeout_seconds: Annotated[int, Field(ge=1)] = 300
+    """The c10d store's TCP port on pod 0."""
+    join_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 600
+    """How long a pod waits for the others to join (torchrun's join_timeout)."""
+    dns_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 300
+    """How long a pod waits for pod 0's host name to resolve before starting torchrun."""
 
 
 class Torchrun(_Wire):
-    max_restarts: Annotated[int, Field(ge=0, description="torchrun's in-pod worker restarts")] = 0
+    """Options of the torchrun in every pod."""
+
+    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 0
+    """torchrun's in-pod worker restarts (--max-restarts), before the pod fails."""
 
 
 class FailurePolicy(_Wire):
     """Gang restarts: every pod of the attempt is replaced, with back-off between attempts."""
 
-    max_restarts: Annotated[int, Field(ge=0)] = 3
-    backoff_seconds: Annotated[int, Field(ge=0)] = 10
-    max_backoff_seconds: Annotated[int, Field(ge=0)] = 300
+    max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 3
+    """Gang restarts (and elastic replacements) before the job fails."""
+    backoff_seconds: Annotated[int, Field(ge=0, le=MAX_TIMEOUT_SECONDS)] = 10
+    """Wait before the first restart; it doubles with each restart after."""
+    max_backoff_seconds: Annotated[int, Field(ge=0, le=MAX_TIMEOUT_SECONDS)] = 300
+    """The longest wait between restarts."""
     retryable_exit_codes: Annotated[
         list[Annotated[int, Field(ge=-255, le=255)]], Field(max_length=256)
     ] = Field(default_factory=list)
+    """Exit codes of the training program that count as infrastructure failures (restarted);
+    any other failure of the program fails the job."""
 
 
 class RunPolicy(_Wire):
-    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
-    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = None
+    """When the job runs, and what is kept once it finished."""
+
+    active_deadline_seconds: Annotated[int, Field(ge=1, le=MAX_DURATION_SECONDS)] | None = None
+    """Fail the job (DeadlineExceeded) this long after it started; a resume starts it anew."""
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0, le=MAX_DURATION_SECONDS)] | None = None
+    """Delete the job this long after it finished; unset: keep it."""
     clean_pod_policy: Literal["KeepFailed", "KeepAll", "Delete"] = "KeepFailed"
+    """Which pods stay once the job finished: failed ones, all, or none."""
     suspend: bool = False
-    progress_timeout_seconds: Annotated[int, Field(ge=1)] | None = Field(
-        default=None,
-        description=(
-            "Opt-in hang detection: when the step counter a training script writes to "
-            "$TORCHRUN_OPERATOR_PROGRESS_FILE stays unchanged this long after rendezvous, the "
-            "pod turns NotReady and the attempt fails with reason ProgressStalled "
-            "(infrastructure: a gang restart within failurePolicy.maxRestarts). "
-            "See docs/progress.md."
-        ),
-    )
+    """Delete the pods and wait; false again starts a fresh attempt. While suspended, or in
+    the write that suspends or resumes, nodes, nprocPerNode, elastic, template and
+    rendezvous may change (as Kueue does)."""
+    progress_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] | None = None
+    """Opt-in hang detection: when the step counter a training script writes to
+    $TORCHRUN_OPERATOR_PROGRESS_FILE stays unchanged this long after rendezvous, the pod turns
+    NotReady and the attempt fails with reason ProgressStalled (infrastructure: a gang restart
+    within failurePolicy.maxRestarts). See docs/progress.md."""
 
 
 class NetworkPolicy(_Wire):
     """The per-job NetworkPolicy that admits the rendezvous port only from the job's own pods."""
 
-    enabled: bool | None = Field(
-        default=None,
-        description=(
-            "Render a NetworkPolicy for this job. Unset: the operator's default "
-            "(--network-policy, on unless the chart turns it off)."
-        ),
+    enabled: bool | None = None
+    """Render a NetworkPolicy for this job. Unset: the operator's default (--network-policy, on
+    unless the chart turns it off)."""
+
+
+ProcsPerNode = Annotated[int, Field(ge=1, le=MAX_PROCS_PER_NODE)] | Literal["gpu"]
+
+_TRAINER = "self.template.spec.containers[0]"
+_NPROC_IN_RANGE = Rule(
+    "!has(self.nprocPerNode) || (type(self.nprocPerNode) == int ? "
+    f"(self.nprocPerNode >= 1 && self.nprocPerNode <= {MAX_PROCS_PER_NODE}) : "
+    "self.nprocPerNode == 'gpu')",
+    f'nprocPerNode must be an integer from 1 to {MAX_PROCS_PER_NODE}, or "gpu"',
+    ".nprocPerNode",
+)
+_ELASTIC_BOUNDS = Rule(
+    "!has(self.elastic) || (self.elastic.minNodes <= self.nodes && "
+    "(!has(self.elastic.maxNodes) || self.nodes <= self.elastic.maxNodes))",
+    "elastic: need minNodes <= nodes <= maxNodes",
+    ".elastic",
+)
+_GPU_PROCS_NEED_LIMIT = Rule(
+    "!has(self.nprocPerNode) || type(self.nprocPerNode) != string || "
+    "self.nprocPerNode != 'gpu' || "
+    f"(has({_TRAINER}.resources) && has({_TRAINER}.resources.limits) && "
+    f"'{GPU_RESOURCE}' in {_TRAINER}.resources.limits && "
+    f"{_TRAINER}.resources.limits['{GPU_RESOURCE}'] != 0 && "
+    f"{_TRAINER}.resources.limits['{GPU_RESOURCE}'] != '0')",
+    f'nprocPerNode "gpu" needs a {GPU_RESOURCE} limit of at least 1 on the first container '
+    "(the trainer)",
+    ".nprocPerNode",
+)
+
+# Transition rules. A running attempt's pods were rendered from the spec as it was: their
+# torchrun arguments, pod template and rendezvous cannot follow a change. So these change only
+# while the job is suspended, which means: suspended before the write or after it, because
+# a queue such as Kueue changes the template in the very write that resumes a job (admission:
+# node selectors, tolerations) or that suspends it (preemption: restoring the template).
+# Either way no pod runs the old spec afterwards: a suspended job's pods are deleted, and a
+# resumed one starts a fresh attempt from the new spec.
+_SUSPENDED = "self.runPolicy.suspend || oldSelf.runPolicy.suspend"
+
+
+def _unchanged(field: str) -> str:
+    """CEL: the optional field `field` is as it was (both unset, or equal)."""
+    return (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
     )
+
+
+def _frozen_unless_suspended(field: str, condition: str) -> Rule:
+    return Rule(
+        f"{_SUSPENDED} || {condition}",
+        f"{field} cannot change while the job runs: suspend it first (runPolicy.suspend), "
+        "or change it in the same write that suspends or resumes it",
+        f".{field}",
+    )
+
+
+_NODES_FROZEN = Rule(
+    f"{_SUSPENDED} || self.nodes == oldSelf.nodes || "
+    "(has(self.elastic) && has(self.elastic.maxNodes))",
+    "nodes cannot change while the job runs, except within elastic.minNodes..maxNodes of "
+    "an elastic job that sets maxNodes: suspend it first (runPolicy.suspend)",
+    ".nodes",
+)
+_TRANSITIONS = (
+    _NODES_FROZEN,
+    _frozen_unless_suspended("elastic", _unchanged("elastic")),
+    _frozen_unless_suspended("nprocPerNode", _unchanged("nprocPerNode")),
+    _frozen_unless_suspended("template", "self.template == oldSelf.template"),
+    _frozen_unless_suspended("rendezvous", "self.rendezvous == oldSelf.rendezvous"),
+)
 
 
 class JobSpec(_Wire):
-    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] = Field(
-        description="Pods (one per node) the operator runs; with elastic, within its bounds."
-    )
+    """A distributed PyTorch training job: `nodes` pods run torchrun against a c10d rendezvous."""
+
+    RULES = (_ELASTIC_BOUNDS, _NPROC_IN_RANGE, _GPU_PROCS_NEED_LIMIT, *_TRANSITIONS)
+
+    nodes: Annotated[int, Field(ge=1, le=MAX_NODES)]
+    """Pods (one per node) the operator runs; with elastic, within its bounds."""
     elastic: Elastic | None = None
-    nproc_per_node: int | Literal["gpu"] | None = Field(
-        default=None,
-        description=(
-            'Worker processes per pod: an integer, or "gpu" for the trainer\'s nvidia.com/gpu '
-            "limit. Unset: that GPU limit if the trainer has one, else 1."
-        ),
-    )
+    """Elastic training: torchrun goes on with fewer pods than nodes. Unset: a fixed gang."""
+    nproc_per_node: ProcsPerNode | None = None
+    """Worker processes per pod: an integer, or "gpu" for the trainer's nvidia.com/gpu limit.
+    Unset: that GPU limit if the trainer has one of at least 1, else 1."""
     template: PodTemplateSpec
+    """The pod every node runs; its first container is the trainer."""
     rendezvous: Rendezvous = Rendezvous()
+    """torchrun's c10d rendezvous."""
     torchrun: Torchrun = Torchrun()
+    """Options of torchrun itself."""
     success_policy: Literal["AllRanks", "RankZero"] = "AllRanks"
+    """When the job succeeded: every pod exited 0, or the pod holding global rank 0 did."""
     failure_policy: FailurePolicy = FailurePolicy()
+    """Gang restarts after a failure."""
     run_policy: RunPolicy = RunPolicy()
+    """Deadline, suspension, clean-up and hang detection."""
     network_policy: NetworkPolicy = NetworkPolicy()
+    """The job's NetworkPolicy."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
-        if isinstance(self.nproc_per_node, int) and self.nproc_per_node < 1:
-            raise ValueError("nprocPerNode must be at least 1")
         if self.elastic is not None:
             hi = self.elastic.max_nodes if self.elastic.max_nodes is not None else self.nodes
             if not self.elastic.min_nodes <= self.nodes <= hi:
-                raise ValueError("elastic: need minNodes <= nodes <= maxNodes")
-        if self.nproc_per_node == "gpu" and trainer_gpu_limit(self) is None:
-            raise ValueError(
-                'nprocPerNode "gpu" needs a nvidia.com/gpu limit on the first container'
-            )
+                raise ValueError(_ELASTIC_BOUNDS.message)
+        if self.nproc_per_node == "gpu" and not trainer_gpu_limit(self):
+            raise ValueError(_GPU_PROCS_NEED_LIMIT.message)
         return self
 
     @property
@@ -186,14 +496,12 @@ class JobSpec(_Wire):
 
 
 def trainer_gpu_limit(spec: JobSpec) -> int | None:
-    """The trainer's nvidia.com/gpu limit (requests as a fallback), None when absent."""
+    """The trainer's nvidia.com/gpu limit, None when absent. A GPU request always has an equal
+    limit (validated), so the limit is the whole story."""
     res = spec.trainer.resources
-    if res is None:
+    if res is None or not res.limits or GPU_RESOURCE not in res.limits:
         return None
-    for table in (res.limits, res.requests):
-        if table and GPU_RESOURCE in table:
-            return int(str(table[GPU_RESOURCE]))
-    return None
+    return gpu_count(res.limits[GPU_RESOURCE])
 
 
 # ---- status ---------------------------------------------------------------------------------
@@ -202,78 +510,146 @@ Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Fa
 
 
 class Condition(_Wire):
+    """A condition with Kubernetes semantics: lastTransitionTime moves only when status flips."""
+
     type: str
+    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Succeeded or Failed."""
     status: Literal["True", "False", "Unknown"]
+    """Whether the condition holds."""
     reason: str | None = None
+    """Why, in one CamelCase word."""
     message: str | None = None
+    """Why, for people."""
     last_transition_time: str | None = None
+    """When status last flipped (RFC 3339)."""
 
 
 class NodeCounts(_Wire):
+    """The current attempt's pods, counted."""
+
     desired: int = 0
+    """Pods the attempt runs: spec.nodes."""
     scheduled: int = 0
+    """Pods bound to a node."""
     running: int = 0
+    """Pods running and not terminating."""
     ready: int = 0
+    """Pods ready: their node joined the rendezvous and trains."""
     succeeded: int = 0
+    """Pods that exited 0."""
     failed: int = 0
-    summary: str | None = Field(default=None, description='"ready/desired", for kubectl get')
+    """Pods that failed or were lost."""
+    summary: str | None = None
+    """Ready pods / desired pods, e.g. "3/4", for kubectl get."""
 
 
 class RankStatus(_Wire):
     """One node rank (pod index). Null fields are left out to keep the status small."""
 
     node_rank: int
+    """The pod's index (node rank) in the job."""
     pod: str | None = None
+    """The pod's name."""
     node: str | None = None
-    global_ranks: str | None = Field(default=None, description='Compact, e.g. "0-7"')
+    """The Kubernetes node the pod runs on."""
+    global_ranks: str | None = None
+    """The pod's global ranks, compact, e.g. "0-7"; reported by the launcher."""
     phase: str | None = None
+    """The pod's phase; Creating before it exists, Terminating while it is deleted."""
     ready: bool | None = None
+    """Whether the pod is ready (its node joined the rendezvous)."""
     restarts: int | None = None
+    """torchrun's in-pod worker restarts so far."""
     exit_code: int | None = None
+    """The trainer's exit code once it ended."""
     reason: str | None = None
+    """Why the pod is not running or succeeded, in one word."""
     message: str | None = None
+    """The pod's first error, truncated."""
     started_at: str | None = None
+    """When the trainer started (RFC 3339)."""
     finished_at: str | None = None
+    """When the trainer ended (RFC 3339)."""
 
 
 class Failure(_Wire):
+    """The root cause of the latest failure: the first error across all nodes."""
+
     rank: int | None = None
+    """The global rank that failed first, if known."""
     node_rank: int | None = None
+    """The node rank (pod index) it ran on."""
     pod: str | None = None
+    """That pod's name."""
     node: str | None = None
+    """The Kubernetes node the pod ran on."""
     exit_code: int | None = None
+    """The exit code, if the process exited."""
     kind: str | None = None
+    """exception, signal, comm, exit, rendezvous, launcher, oom, evicted, lost or stalled."""
     reason: str | None = None
+    """The reason, in one word."""
     message: str | None = None
+    """The error, truncated (e.g. the exception and its message)."""
     at: str | None = None
+    """When it happened (RFC 3339)."""
 
 
 class RestartRecord(_Wire):
+    """One restart, resume or elastic replacement."""
+
     attempt: int
+    """The attempt that started with it."""
     at: str
+    """When (RFC 3339)."""
     reason: str | None = None
+    """Why, in one word."""
     rank: int | None = None
+    """The global rank whose failure caused it, if known."""
     node_rank: int | None = None
+    """The node rank (pod index) that failed, if any."""
     kind: Literal["user", "infrastructure", "suspend", "replacement"] | None = None
+    """What caused it: the program (user), the pods or nodes (infrastructure), a resume
+    (suspend), or an elastic pod replacement."""
 
 
 class Counters(_Wire):
+    """Failures and recoveries over the job's life."""
+
     user_failures: int = 0
+    """Failures of the training program (not restarted)."""
     infrastructure_failures: int = 0
-    restarts: int = Field(default=0, description="Recoveries spent from failurePolicy.maxRestarts.")
+    """Failures of pods or nodes, and retryable exit codes."""
+    restarts: int = 0
+    """Recoveries spent from failurePolicy.maxRestarts."""
 
 
 class JobStatus(_Wire):
+    """What the operator observed; written by the operator only."""
+
     phase: Phase | None = None
+    """Pending, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] | None = None
+    """The job's conditions."""
     observed_generation: int | None = None
+    """The metadata.generation this status was computed from."""
     attempt: int | None = None
+    """The gang attempt, from 0; each gang restart or resume starts the next."""
     world_size: int | None = None
+    """Ranks when all spec.nodes pods take part: nodes times processes per pod."""
     nodes: NodeCounts | None = None
+    """The current attempt's pods, counted."""
     ranks: list[RankStatus] | None = None
+    """One entry per node rank of the current attempt."""
     failure: Failure | None = None
+    """The root cause of the latest failure."""
     restarts: list[RestartRecord] | None = None
+    """The latest restarts, oldest first."""
     counters: Counters | None = None
+    """Failures and restarts over the job's life."""
     start_time: str | None = None
+    """When the job started pods (RFC 3339); a resume clears it. The deadline counts from it."""
     completion_time: str | None = None
+    """When the job succeeded or failed (RFC 3339)."""
     last_restart_time: str | None = None
+    """When the latest gang restart was decided (RFC 3339); back-off counts from it."""
