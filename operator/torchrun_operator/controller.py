@@ -38,6 +38,11 @@ Obj = dict[str, Any]
 BLOCKED_RETRY_SECONDS = 5.0
 # A reconcile that failed on an API error tries again after this long.
 ERROR_RETRY_SECONDS = 2.0
+# A pod create the apiserver refused (Pod Security, a quota, a webhook) is retried after
+# 2, 4, 8 ... seconds, at most this long: the cause is usually fixed by a person.
+REFUSED_RETRY_MAX_SECONDS = 300.0
+# Answers to a pod create that a retry alone will not cure, shown on the job.
+REFUSED_CODES = (400, 403, 422)
 
 
 def controller_uid(obj: Obj) -> str | None:
@@ -62,6 +67,16 @@ def describe_conflict(job: Obj, obj: Obj) -> str:
     if owner is None:
         return f"{what} exists and has no controller; delete or rename it"
     return f"{what} is controlled by {owner.get('kind')} {owner.get('name')}; not this job's"
+
+
+def api_message(e: ApiException) -> str:
+    """The apiserver's own words from an error (its Status message), else the reason."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or e.reason or e.status)
 
 
 class _Gone(Exception):
@@ -107,6 +122,8 @@ class Controller:
         # Objects in a job's way (job uid -> kind/name -> why), fed to the reconciler so the
         # job says what blocks it instead of retrying in silence.
         self._conflicts: dict[str, dict[str, str]] = {}
+        # Pod creates the apiserver refused: job uid -> pod name -> (message, retry at, tries).
+        self._refused: dict[str, dict[str, tuple[str, float, int]]] = {}
         self._launcher = packaged_launcher()
         self._threads: list[threading.Thread] = []
         self._watchers: list[PodWatcher] = []
@@ -190,6 +207,7 @@ class Controller:
         self.jobs.remove(key)
         self._children_done.discard(uid)
         self._conflicts.pop(uid, None)
+        self._refused.pop(uid, None)
         self._publish_phases()
 
     # -- the work loop -----------------------------------------------------------------------
@@ -240,7 +258,8 @@ class Controller:
         self._recheck_conflicts(job)
         self._ensure_children(job)
         blocked = sorted(self._conflicts.get(uid, {}).values())
-        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked=blocked)
+        refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
+        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked, refused)
         try:
             self._apply(job, plan)
         except _Gone:
@@ -346,15 +365,22 @@ class Controller:
         # in a row. list() waits for all of them and re-raises the first error.
         uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
         list(self._pool.map(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete))
-        if plan.create:
+        creates = self._due_creates(meta["uid"], plan.create)
+        if creates:
             # Pods of one job are created concurrently: a 512-node job must not wait for 512
             # round trips one after another.
-            for existing in self._pool.map(lambda p: self._create(ns, p), plan.create):
-                if existing is not None and controller_uid(existing) != meta["uid"]:
-                    self._conflict(job, existing)
+            for pod, got in zip(
+                creates, self._pool.map(lambda p: self._create_pod(job, p), creates), strict=True
+            ):
+                if isinstance(got, ApiException):
+                    self._refuse(job, pod["metadata"]["name"], got)
+                    continue
+                self._refused.get(meta["uid"], {}).pop(pod["metadata"]["name"], None)
+                if got is not None and controller_uid(got) != meta["uid"]:
+                    self._conflict(job, got)
                     self.queue.add(key)
-                elif existing is not None:
-                    self.pods.put(existing)
+                elif got is not None:
+                    self.pods.put(got)
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
             self._events.submit(events.post, self.core, job, ev.type, ev.reason, ev.message)
@@ -363,6 +389,33 @@ class Controller:
             return
         if plan.requeue_after is not None:
             self.queue.add(key, after=max(plan.requeue_after, 0.05))
+
+    def _create_pod(self, job: Obj, pod: Obj) -> Obj | ApiException | None:
+        """Like _create; a refusal that a retry will not cure is returned, not raised."""
+        try:
+            return self._create(job["metadata"]["namespace"], pod)
+        except ApiException as e:
+            if e.status in REFUSED_CODES:
+                return e
+            raise
+
+    def _due_creates(self, uid: str, pods: list[Obj]) -> list[Obj]:
+        """Drops creates the apiserver refused whose back-off has not passed yet."""
+        refused = self._refused.get(uid)
+        if not refused:
+            return pods
+        now = time.monotonic()
+        return [p for p in pods if refused.get(p["metadata"]["name"], ("", 0.0, 0))[1] <= now]
+
+    def _refuse(self, job: Obj, name: str, e: ApiException) -> None:
+        uid = job["metadata"]["uid"]
+        _, _, tries = self._refused.get(uid, {}).get(name, ("", 0.0, 0))
+        delay = min(2.0 ** (tries + 1), REFUSED_RETRY_MAX_SECONDS)
+        message = f"creating Pod {name} refused ({e.status}): {api_message(e)}"
+        self._refused.setdefault(uid, {})[name] = (message, time.monotonic() + delay, tries + 1)
+        log.warning("%s; retrying in %.0fs", message, delay)
+        meta = job["metadata"]
+        self.queue.add((meta["namespace"], meta["name"]), after=delay)
 
     def _delete_pod(self, ns: str, name: str, uid: str | None) -> None:
         """Deletes exactly the pod the plan was made from: the uid precondition makes a pod

@@ -500,3 +500,36 @@ def test_ttl_delete_carries_the_uid_precondition() -> None:
     h.sync(1)
     h.sync(1)
     assert deleted and deleted[0]["body"].preconditions.uid == UID
+
+
+def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
+    """Pod Security or a quota says no: the job says so (condition and Warning event with the
+    apiserver's words), and the create is retried later, not every two seconds in silence."""
+    h = Harness(make_job())
+    words = "pods forbidden: exceeded quota: gpus"
+    body = json.dumps({"kind": "Status", "message": words})
+
+    def refuse(verb: str, what: str) -> int | None:
+        if verb == "create" and what.startswith("Pod/"):
+            e = ApiException(status=403, reason="Forbidden")
+            e.body = body
+            raise e
+        return None
+
+    h.api.fail = refuse  # type: ignore[assignment]
+    h.sync()
+    h.sync(1)
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert blocked["status"] == "True" and blocked["reason"] == "PodCreateRefused"
+    assert words in blocked["message"]
+    tries = sum(1 for verb, what in h.api.calls if verb == "create" and what.startswith("Pod/"))
+    assert tries == 2, "one try per pod, then back-off"
+    h.ctrl._events.shutdown(wait=True)
+    assert ("create", "Event/PodCreateRefused") in h.api.calls
+    h.api.fail = lambda verb, what: None
+    h.ctrl._refused[UID] = {n: (m, 0.0, t) for n, (m, _, t) in h.ctrl._refused[UID].items()}
+    h.sync(1)
+    h.sync(1)
+    assert set(h.api.pods()) == {"job-0", "job-1"}
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert blocked["status"] == "False"

@@ -48,6 +48,7 @@ class _Ctx:
     taken: set[str]  # every observed pod name, ours or not: never create over one
     foreign: set[str] = field(default_factory=set)  # observed pod names that are not ours
     blocked: list[str] = field(default_factory=list)  # what stands in the way, for people
+    refused: list[str] = field(default_factory=list)  # pod creates the apiserver refused
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -117,10 +118,13 @@ def reconcile(
     pods: list[dict[str, Any]],
     now: datetime,
     blocked: Sequence[str] = (),
+    refused: Sequence[str] = (),
 ) -> Plan:
     """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
     job's names that is not the job's), described for people; while any is, no pod is
-    created and the Blocked condition says why."""
+    created and the Blocked condition says why. `refused`: the apiserver's answers to pod
+    creates it refused (Pod Security, a quota, a webhook), which the shell retries with
+    back-off; the Blocked condition carries them meanwhile."""
     status = copy.deepcopy(job.get("status") or {})
     meta = job["metadata"]
     if meta.get("generation") is not None:
@@ -143,6 +147,7 @@ def reconcile(
         taken={v.name for v in views},
         foreign={v.name for v in views if v.owner_uid != meta.get("uid")},
         blocked=list(blocked),
+        refused=list(refused),
     )
     ctx.counters  # noqa: B018 - materialise the counters so every status carries them
     status["worldSize"] = world_size(spec)
@@ -165,10 +170,13 @@ def reconcile(
 
 
 def _report_blocked(ctx: _Ctx) -> None:
-    if ctx.blocked:
-        message = truncate("; ".join(sorted(set(ctx.blocked)))) or ""
-        if ctx.set_cond("Blocked", True, "ObjectInTheWay", message):
-            ctx.event("Warning", "ObjectInTheWay", message)
+    if ctx.blocked or ctx.refused:
+        reason = "ObjectInTheWay" if ctx.blocked else "PodCreateRefused"
+        message = truncate("; ".join(sorted({*ctx.blocked, *ctx.refused}))) or ""
+        old = cond.get(ctx.conds, "Blocked") or {}
+        flipped = ctx.set_cond("Blocked", True, reason, message)
+        if flipped or old.get("reason") != reason:
+            ctx.event("Warning", reason, message)
     elif cond.is_true(ctx.conds, "Blocked"):
         ctx.set_cond("Blocked", False, "Unblocked", "nothing stands in the job's way")
 

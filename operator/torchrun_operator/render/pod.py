@@ -6,17 +6,20 @@ import copy
 from typing import Any
 
 from ..api import names
-from ..api.models import JobSpec
+from ..api.models import (
+    LAUNCHER_DIR,
+    RESERVED_VOLUME_PREFIX,
+    STATE_DIR,
+    TERMINATION_MESSAGE_PATH,
+    JobSpec,
+)
 from .common import child_metadata
 from .configmap import LAUNCHER_KEY, packaged_launcher_digest
 from .sizing import job_spec, nproc_per_node
 
-LAUNCHER_DIR = "/opt/torchrun-operator"
 LAUNCHER_PATH = f"{LAUNCHER_DIR}/{LAUNCHER_KEY}"
-STATE_DIR = "/var/run/torchrun"
 READY_FILE = f"{STATE_DIR}/ready"
 PROGRESS_FILE = f"{STATE_DIR}/progress"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 # The pod runs the launcher only if its bytes hash to the digest the operator rendered: the
 # ConfigMap is owned and immutable, and this check makes a swapped file fail loudly instead of
@@ -47,7 +50,8 @@ OWNED_ENV = (
 
 def restarts_possible(spec: JobSpec) -> bool:
     """Whether a pod may meet a rendezvous that outlives one round: then torch's shared
-    TCPStore deadlocks (reference/torchrun.md §4.5), so sharing is turned off."""
+    TCPStore deadlocks (seen with torch 2.13 on elastic scale-up and on a replaced pod), so
+    sharing is turned off."""
     return spec.failure_policy.max_restarts > 0 or spec.is_elastic or spec.torchrun.max_restarts > 0
 
 
@@ -130,7 +134,9 @@ def _trainer(
 
 def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
     volumes = [
-        v for v in pod_spec.get("volumes") or [] if not v.get("name", "").startswith("torchrun-")
+        v
+        for v in pod_spec.get("volumes") or []
+        if not v.get("name", "").startswith(RESERVED_VOLUME_PREFIX)
     ]
     cm = names.launcher_configmap_name(job["metadata"]["name"], packaged_launcher_digest())
     volumes.append({"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}})
