@@ -7,42 +7,54 @@ BIN = $(shell cluster/build.sh)
 # Kubeflow's training-operator, so `make test` builds everything (`cluster/build.sh all`).
 TEST_BIN = $(shell cluster/build.sh all)
 
-.PHONY: test unit lint demo up down crds build build-all venv
+.PHONY: help test unit lint fmt demo up down crds build build-all venv
 
-build:
+build: ## build the local cluster's binaries (cluster/build.sh)
 	cluster/build.sh
 
-build-all:
+build-all: ## the same, plus KWOK and training-operator for the scale benchmark
 	cluster/build.sh all
 
-venv:
+venv: ## make or reuse the pinned test environment, linked as .venv
 	hack/venv.sh
 
-test: build-all venv lint
+test: build-all venv lint ## everything CI runs: build, lint, every test
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
 
-unit: venv
+unit: venv ## the unit tests only
 	.venv/bin/python -m pytest -ra tests/unit
 
-lint: venv
+lint: venv ## ruff, ruff format --check, mypy, import-linter contracts, shellcheck
 	.venv/bin/python -m ruff check .
 	.venv/bin/python -m ruff format --check .
 	.venv/bin/python -m mypy operator/torchrun_operator cluster/localkube
+	.venv/bin/lint-imports --no-cache --no-logo
+	hack/shellcheck.sh
 
-crds: venv
+fmt: venv ## ruff check --fix, then ruff format
+	.venv/bin/python -m ruff check --fix .
+	.venv/bin/python -m ruff format .
+
+crds: venv ## regenerate the CRD, the chart's copy and deploy/install.yaml
 	PYTHONPATH=operator .venv/bin/python -m torchrun_operator.api.crd > crds/torchrun.dev_distributedtrainingjobs.yaml
 	hack/sync-chart-crds.sh
 	hack/gen-install-manifest.sh
 
-up: build venv
+up: build venv ## start the local cluster
 	LOCALKUBE_BIN=$(BIN) .venv/bin/python -m localkube up
 
-down: venv
+down: venv ## stop the demo's operator and the local cluster
 	-[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) && rm -f .cluster/operator.pid
 	.venv/bin/python -m localkube down
 
-demo: build venv
+demo: build venv ## local cluster, operator and the CPU example, in one command
 	LOCALKUBE_BIN=$(BIN) hack/demo.sh
+
+help: ## list the targets and what each does
+	@awk -F: '/^[A-Za-z0-9_-]+:([^=]|$$)/ && !seen[$$1]++ { \
+		if (match($$0, /## /)) printf "  %-14s %s\n", $$1, substr($$0, RSTART + 3); \
+		else rest = rest " " $$1 } \
+		END { if (rest) print "  and, without a description:" rest }' $(MAKEFILE_LIST)
 
 -include mk/images.mk
 -include mk/bench.mk

@@ -25,12 +25,42 @@ class Example:
     name: str
     script: str
     about: str
-    job_spec: str  # YAML of the job's spec, indented two spaces (under `spec:`)
+    policies: str  # YAML of the spec's fields before `template`, indented two spaces
+    trainer: str = ""  # the trainer's fields after `command`, indented eight spaces
+    mounts: str = ""  # volumeMounts after the script's, indented eight spaces
+    volumes: str = ""  # volumes after the script's, indented six spaces
+
+    @property
+    def job_spec(self) -> str:
+        """The job's spec, indented two spaces (under `spec:`): the policies, then a template
+        whose trainer runs the script from the ConfigMap `render` puts before the job."""
+        return f"""\
+{self.policies}\
+  template:
+    spec:
+      containers:
+      - name: trainer
+        image: {IMAGE}
+        command: [python, /workspace/{self.script}]
+{self.trainer}\
+        volumeMounts:
+        - {{name: script, mountPath: /workspace, readOnly: true}}
+{self.mounts}\
+      volumes:
+      - name: script
+        configMap: {{name: {self.name}-script}}
+{self.volumes}"""
 
 
-def _cpu_spec(
-    name: str, args: str, failure_policy: str, extra_mounts: str = "", extra_volumes: str = ""
-) -> str:
+CPU_RESOURCES = """\
+        resources:
+          requests: {cpu: 500m, memory: 1Gi}
+          limits: {memory: 2Gi}
+"""
+
+
+def _cpu_ddp_policies(failure_policy: str) -> str:
+    """cpu-ddp and fail-rank3: 2 pods x 2 processes of train_ddp.py, on CPU."""
     return f"""\
   nodes: 2
   nprocPerNode: 2
@@ -40,30 +70,8 @@ def _cpu_spec(
 {failure_policy}
   runPolicy:
     ttlSecondsAfterFinished: 3600
-  template:
-    spec:
-      containers:
-      - name: trainer
-        image: {IMAGE}
-        command: [python, /workspace/train_ddp.py]
-        args: {args}
-        resources:
-          requests: {{cpu: 500m, memory: 1Gi}}
-          limits: {{memory: 2Gi}}
-        volumeMounts:
-        - {{name: script, mountPath: /workspace, readOnly: true}}{extra_mounts}
-      volumes:
-      - name: script
-        configMap: {{name: {name}-script}}{extra_volumes}
 """
 
-
-CHECKPOINT_MOUNT = "\n        - {name: checkpoints, mountPath: /checkpoints}"
-CHECKPOINT_VOLUME = """
-      # Rank 0 may land in any pod (c10d orders nodes by address) and a gang restart replaces
-      # every pod: to resume across restarts, use a ReadWriteMany PersistentVolumeClaim here.
-      - name: checkpoints
-        emptyDir: {}"""
 
 EXAMPLES = [
     Example(
@@ -71,46 +79,42 @@ EXAMPLES = [
         name="cpu-ddp",
         script="train_ddp.py",
         about="DDP on CPU (gloo): 2 pods x 2 processes, checkpoints and resumes.",
-        job_spec=_cpu_spec(
-            "cpu-ddp",
-            '[--epochs, "4", --checkpoint-dir, /checkpoints, --step-sleep, "0.05"]',
-            "    maxRestarts: 2\n    backoffSeconds: 5",
-            CHECKPOINT_MOUNT,
-            CHECKPOINT_VOLUME,
-        ),
+        policies=_cpu_ddp_policies("    maxRestarts: 2\n    backoffSeconds: 5"),
+        trainer="""\
+        args: [--epochs, "4", --checkpoint-dir, /checkpoints, --step-sleep, "0.05"]
+"""
+        + CPU_RESOURCES,
+        mounts="""\
+        - {name: checkpoints, mountPath: /checkpoints}
+""",
+        volumes="""\
+      # Rank 0 may land in any pod (c10d orders nodes by address) and a gang restart replaces
+      # every pod: to resume across restarts, use a ReadWriteMany PersistentVolumeClaim here.
+      - name: checkpoints
+        emptyDir: {}
+""",
     ),
     Example(
         file="fail-rank3.yaml",
         name="fail-rank3",
         script="train_ddp.py",
         about="Global rank 3 raises after its second step: status.failure must name rank 3.",
-        job_spec=_cpu_spec(
-            "fail-rank3",
-            '[--epochs, "4", --fail-rank, "3", --fail-after-step, "2"]',
-            "    maxRestarts: 0",
-        ),
+        policies=_cpu_ddp_policies("    maxRestarts: 0"),
+        trainer="""\
+        args: [--epochs, "4", --fail-rank, "3", --fail-after-step, "2"]
+"""
+        + CPU_RESOURCES,
     ),
     Example(
         file="configmap-script.yaml",
         name="hello-dist",
         script="hello_dist.py",
         about="Ship your own script in a ConfigMap: every rank reports in, one all-reduce.",
-        job_spec=f"""\
+        policies="""\
   nodes: 2
   nprocPerNode: 1
   failurePolicy:
     maxRestarts: 0
-  template:
-    spec:
-      containers:
-      - name: trainer
-        image: {IMAGE}
-        command: [python, /workspace/hello_dist.py]
-        volumeMounts:
-        - {{name: script, mountPath: /workspace, readOnly: true}}
-      volumes:
-      - name: script
-        configMap: {{name: hello-dist-script}}
 """,
     ),
     Example(
@@ -118,7 +122,7 @@ EXAMPLES = [
         name="gpu-ddp",
         script="train_ddp.py",
         about="DDP on GPUs (nccl): 2 nodes, one pod per node with all 8 of its GPUs.",
-        job_spec=f"""\
+        policies="""\
   nodes: 2
   # one process per GPU: the trainer's nvidia.com/gpu limit
   nprocPerNode: gpu
@@ -129,39 +133,31 @@ EXAMPLES = [
     backoffSeconds: 30
   runPolicy:
     ttlSecondsAfterFinished: 86400
-  template:
-    spec:
-      containers:
-      - name: trainer
-        image: {IMAGE}
-        command: [python, /workspace/train_ddp.py]
+""",
+        trainer="""\
         args: [--epochs, "20", --samples, "65536", --batch-size, "256",
                --checkpoint-dir, /checkpoints]
         env:
-        - {{name: NCCL_DEBUG, value: WARN}}
+        - {name: NCCL_DEBUG, value: WARN}
         resources:
-          limits: {{nvidia.com/gpu: 8, memory: 64Gi}}
-          requests: {{cpu: "16", memory: 64Gi}}
-        volumeMounts:
-        - {{name: script, mountPath: /workspace, readOnly: true}}
-        - {{name: checkpoints, mountPath: /checkpoints}}
-      volumes:
-      - name: script
-        configMap: {{name: gpu-ddp-script}}
+          limits: {nvidia.com/gpu: 8, memory: 64Gi}
+          requests: {cpu: "16", memory: 64Gi}
+""",
+        mounts="""\
+        - {name: checkpoints, mountPath: /checkpoints}
+""",
+        volumes="""\
       # Shared by all pods (rank 0 writes, every pod resumes from it): a ReadWriteMany claim.
       - name: checkpoints
-        persistentVolumeClaim: {{claimName: gpu-ddp-checkpoints}}
+        persistentVolumeClaim: {claimName: gpu-ddp-checkpoints}
 """,
     ),
-]
-
-EXAMPLES.append(
     Example(
         file="progress.yaml",
         name="progress",
         script="train_progress.py",
         about="Hang detection: the script reports its step; 60 s without one restarts the gang.",
-        job_spec=f"""\
+        policies="""\
   nodes: 2
   nprocPerNode: 2
   rendezvous:
@@ -175,24 +171,13 @@ EXAMPLES.append(
     # See docs/progress.md.
     progressTimeoutSeconds: 60
     ttlSecondsAfterFinished: 3600
-  template:
-    spec:
-      containers:
-      - name: trainer
-        image: {IMAGE}
-        command: [python, /workspace/train_progress.py]
-        args: [--steps, "200", --step-sleep, "0.05"]
-        resources:
-          requests: {{cpu: 500m, memory: 1Gi}}
-          limits: {{memory: 2Gi}}
-        volumeMounts:
-        - {{name: script, mountPath: /workspace, readOnly: true}}
-      volumes:
-      - name: script
-        configMap: {{name: progress-script}}
 """,
-    )
-)
+        trainer="""\
+        args: [--steps, "200", --step-sleep, "0.05"]
+"""
+        + CPU_RESOURCES,
+    ),
+]
 
 
 def _indent(text: str, spaces: int) -> str:

@@ -9,7 +9,8 @@ PY=$(hack/venv.sh)
 export PYTHONPATH=$PWD/operator:$PWD/cluster
 DIR=${LOCALKUBE_DIR:-$PWD/.cluster}
 "$PY" -m localkube --dir "$DIR" up
-export KUBECONFIG=$("$PY" -m localkube --dir "$DIR" kubeconfig)
+KUBECONFIG=$("$PY" -m localkube --dir "$DIR" kubeconfig)
+export KUBECONFIG
 kubectl apply --server-side -f crds/
 kubectl wait --for=condition=Established crd/distributedtrainingjobs.torchrun.dev --timeout=60s
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -26,6 +26,9 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+
+from torchrun_operator.api import timefmt
+from torchrun_operator.reconcile import conditions
 
 __all__ = [
     "PHASES",
@@ -47,8 +50,8 @@ __all__ = [
 
 NAMESPACE = "torchrun_operator"
 
-# Every phase of DESIGN "Status": the gauge reports 0 for phases with no job, so a dashboard
-# does not show a stale value after the last job of a phase goes away.
+# Every phase a job's status can have (docs/design.md): the gauge reports 0 for phases with no
+# job, so a dashboard does not show a stale value after the last job of a phase goes away.
 PHASES = ("Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
 RESTART_KINDS = ("user", "infrastructure")
 
@@ -165,32 +168,16 @@ class StatusChange:
     time_to_rendezvous: float | None = None
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if isinstance(c, Mapping) and c.get("type") == type_:
-            return c
-    return None
+def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
 
 
 def _became_true(old: Mapping[str, Any], new: Mapping[str, Any], type_: str) -> datetime | None:
     """lastTransitionTime of `type_` when it is True in `new` and was not in `old`."""
-    now = _condition(new, type_)
-    if now is None or now.get("status") != "True":
+    now = conditions.get(_conditions(new), type_)
+    if now is None or now.get("status") != "True" or conditions.is_true(_conditions(old), type_):
         return None
-    before = _condition(old, type_)
-    if before is not None and before.get("status") == "True":
-        return None
-    return _time(now.get("lastTransitionTime"))
+    return timefmt.parse(now.get("lastTransitionTime"))
 
 
 def _restart_count(status: Mapping[str, Any]) -> int:
@@ -221,8 +208,8 @@ def status_change(
     kinds = ["user" if r.get("kind") == "user" else "infrastructure" for r in recent]
     kinds += ["infrastructure"] * (grew - len(kinds))
 
-    start = _time(new.get("lastRestartTime")) if new.get("attempt") else None
-    start = start or _time(created)
+    start = timefmt.parse(new.get("lastRestartTime")) if new.get("attempt") else None
+    start = start or timefmt.parse(created)
 
     def since_start(at: datetime | None) -> float | None:
         if at is None or start is None:

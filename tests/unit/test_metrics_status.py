@@ -77,3 +77,13 @@ def test_record_status_change_feeds_the_counters_and_histograms() -> None:
 def test_phase_counts_treat_a_new_job_as_pending() -> None:
     counts = metrics.phase_counts([None, {}, {"phase": "Running"}, {"phase": "Running"}])
     assert counts == {"Pending": 2, "Running": 2}
+
+
+def test_unreadable_times_and_conditions_observe_nothing() -> None:
+    # A status written by another operator version must not break the metrics.
+    new = {"conditions": ["junk", cond("Running", "True", "not a time")]}
+    change = metrics.status_change({}, new, CREATED)
+    assert change.time_to_running is None
+    assert metrics.status_change({}, {"conditions": [cond("Running", "True", CREATED)]}, None) == (
+        metrics.StatusChange()
+    )

@@ -1,18 +1,22 @@
 """Pure formatting for kubectl-dtj: DistributedTrainingJob dicts in, text out.
 
-Works on the raw object as the API returns it (camelCase keys, DESIGN "Status"), not on the
-pydantic models: a CLI must still show something useful for an object written by an older or
-newer operator, so every field is optional here and a missing one prints as "-" or "<none>".
+Works on the raw object as the API returns it (camelCase keys, the status that docs/design.md
+describes), not on the pydantic models: a CLI must still show something useful for an object
+written by an older or newer operator, so every field is optional here and a missing one prints
+as "-" or "<none>".
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import yaml
+
+from torchrun_operator.api import timefmt
+from torchrun_operator.api.ranks import parse_ranks
 
 __all__ = [
     "FormatError",
@@ -25,7 +29,6 @@ __all__ = [
     "log_fetch_error",
     "human_duration",
     "parse_rank_ranges",
-    "parse_time",
     "render_table",
 ]
 
@@ -37,22 +40,9 @@ class FormatError(ValueError):
     """A user-facing error: the message is printed as is."""
 
 
-def parse_time(value: object) -> datetime | None:
-    """RFC 3339 as the API writes it ("2026-11-26T01:02:03Z"), or a datetime, to aware UTC."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def format_age(start: object, now: datetime) -> str:
     """The age as kubectl prints it (apimachinery's HumanDuration): 45s, 3m20s, 12m, 5h2m, 3d."""
-    t = parse_time(start)
+    t = timefmt.parse(start)
     if t is None:
         return NONE
     return human_duration(int((now - t).total_seconds()))
@@ -111,7 +101,7 @@ def _nodes_ready(status: Obj) -> str:
     nodes = status.get("nodes") or {}
     desired = nodes.get("desired")
     # "ready" counts pods whose training is under way; `running` is what the status reports
-    # for that (a Ready pod means rendezvous completed, DESIGN "The pod contract").
+    # for that (a Ready pod means rendezvous completed: docs/pod-contract.md).
     ready = nodes.get("ready", nodes.get("running"))
     if desired is None and ready is None:
         return "-"
@@ -196,7 +186,8 @@ def format_job_status(job: Obj, now: datetime) -> str:
         ("Nodes", ", ".join(f"{k} {v}" for k, v in nodes.items() if k != "summary") or "-"),
         ("Age", format_age(meta.get("creationTimestamp"), now)),
     ]
-    start, end = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    start = timefmt.parse(status.get("startTime"))
+    end = timefmt.parse(status.get("completionTime"))
     if start is not None:
         summary.append(("Started", status["startTime"]))
     if end is not None:
@@ -259,18 +250,12 @@ def _duration(delta: Any) -> str:
 
 
 def parse_rank_ranges(text: str) -> set[int]:
-    """ "0-7" or "0-3,8-11" or "5" to the set of global ranks it names."""
-    ranks: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        lo, sep, hi = part.partition("-")
-        try:
-            start, stop = int(lo), int(hi) if sep else int(lo)
-        except ValueError as e:
-            raise FormatError(f"bad globalRanks {text!r}") from e
-        ranks.update(range(start, stop + 1))
-    return ranks
+    """ "0-7" or "0-3,8-11" or "5" to the set of global ranks it names (api.ranks.parse_ranks),
+    a malformed one as a FormatError."""
+    try:
+        return set(parse_ranks(text))
+    except ValueError as e:
+        raise FormatError(f"bad globalRanks {text!r}") from e
 
 
 def find_rank_entry(job: Obj, rank: int | None = None, node_rank: int | None = None) -> Obj:

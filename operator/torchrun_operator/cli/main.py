@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.cli import format as fmt
-
-GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
 
 
 def _common_options(default: Any) -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""kubectl-dtj output, from status dicts shaped as DESIGN "Status" describes."""
+"""kubectl-dtj output, from status dicts shaped as the operator writes them (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -281,6 +281,12 @@ def test_rank_entry_without_exit_or_node_prints_placeholders() -> None:
 )
 def test_parse_rank_ranges(text: str, ranks: set[int]) -> None:
     assert fmt.parse_rank_ranges(text) == ranks
+
+
+@pytest.mark.parametrize("text", ["a-b", "3-1", "-2", "0-"])
+def test_malformed_rank_ranges_are_a_user_facing_error(text: str) -> None:
+    with pytest.raises(fmt.FormatError, match="bad globalRanks"):
+        fmt.parse_rank_ranges(text)
 
 
 def test_find_rank_by_global_rank_and_node_rank() -> None:
