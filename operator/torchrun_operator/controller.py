@@ -36,6 +36,9 @@ Obj = dict[str, Any]
 # How soon a job blocked by an object that is not its own looks again: the object may be a
 # predecessor's child the garbage collector is about to delete.
 BLOCKED_RETRY_SECONDS = 5.0
+# How often the job cache is checked against a fresh list, to forget jobs deleted while a
+# watch was down. A ghost costs only idle reconciles, so a minute is plenty.
+JOB_RESYNC_SECONDS = 60.0
 # A reconcile that failed on an API error tries again after this long.
 ERROR_RETRY_SECONDS = 2.0
 # A pod create the apiserver refused (Pod Security, a quota, a webhook) is retried after
@@ -67,6 +70,13 @@ def describe_conflict(job: Obj, obj: Obj) -> str:
     if owner is None:
         return f"{what} exists and has no controller; delete or rename it"
     return f"{what} is controlled by {owner.get('kind')} {owner.get('name')}; not this job's"
+
+
+def _int_rv(value: object) -> int | None:
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
 
 
 def api_message(e: ApiException) -> str:
@@ -142,6 +152,7 @@ class Controller:
             t.start()
             self._threads.append(t)
         threading.Thread(target=self._phases_loop, name="phases", daemon=True).start()
+        threading.Thread(target=self._resync_loop, name="job-resync", daemon=True).start()
 
     def dead_threads(self) -> list[str]:
         """Names of worker and watch threads that died; the liveness probe fails on any."""
@@ -170,6 +181,41 @@ class Controller:
     def _publish_phases(self) -> None:
         # Counting every job on every event would cost O(jobs) per event; a thread folds them.
         self._phases_dirty.set()
+
+    def _resync_loop(self) -> None:
+        while not self._stopped.wait(JOB_RESYNC_SECONDS):
+            try:
+                self.resync_jobs()
+            except Exception as e:  # noqa: BLE001 - the next round tries again
+                log.warning("job resync failed: %s", e)
+
+    def resync_jobs(self) -> None:
+        """Forgets cached jobs that a fresh list no longer has. kopf re-lists after a watch
+        expires (410) without telling us which jobs vanished meanwhile; a ghost in the cache
+        would keep being reconciled. Only jobs already cached when the list was taken (their
+        resourceVersion at most the list's) can be judged missing."""
+        for ns in self._namespaces:
+            if ns is None:
+                listed: Any = self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, PLURAL, _preload_content=False
+                )
+            else:
+                listed = self.custom.list_namespaced_custom_object(
+                    GROUP, VERSION, ns, PLURAL, _preload_content=False
+                )
+            metrics.count_api_call("list", "distributedtrainingjob", 200)
+            body = json.loads(listed.data)
+            present = {i["metadata"]["uid"] for i in body.get("items") or []}
+            at = _int_rv(body.get("metadata", {}).get("resourceVersion"))
+            for key in self.jobs.keys():  # noqa: SIM118 - a method, not a dict
+                job = self.jobs.get(key)
+                if job is None or (ns is not None and key[0] != ns):
+                    continue
+                rv = _int_rv(job["metadata"].get("resourceVersion"))
+                seen_by_list = rv is not None and at is not None and rv <= at
+                if seen_by_list and job["metadata"]["uid"] not in present:
+                    log.info("job %s/%s is gone; forgetting it", *key)
+                    self._forget(key, job["metadata"]["uid"])
 
     def _phases_loop(self) -> None:
         while not self._stopped.wait(1.0):

@@ -533,3 +533,19 @@ def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
     assert set(h.api.pods()) == {"job-0", "job-1"}
     blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
     assert blocked["status"] == "False"
+
+
+def test_resync_forgets_jobs_that_vanished_while_the_watch_was_down() -> None:
+    h = Harness(make_job())
+    ghost = copy.deepcopy(h.api.job)
+    ghost["metadata"].update(name="ghost", uid="ghost-uid", resourceVersion="5")
+    newer = copy.deepcopy(h.api.job)
+    newer["metadata"].update(name="newer", uid="newer-uid", resourceVersion="50")
+    for j in (h.api.job, ghost, newer):
+        h.ctrl.jobs.put(copy.deepcopy(j))
+    listed = {"metadata": {"resourceVersion": "10"}, "items": [h.api.job]}
+    h.api.list_cluster_custom_object = lambda *a, **kw: resp(listed)  # type: ignore[attr-defined]
+    h.ctrl.resync_jobs()
+    assert h.ctrl.jobs.get(("ns", "ghost")) is None
+    assert h.ctrl.jobs.get(("ns", "job")) is not None
+    assert h.ctrl.jobs.get(("ns", "newer")) is not None, "created after the list: kept"
