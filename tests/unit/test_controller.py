@@ -341,7 +341,7 @@ def test_gang_restart_keeps_its_cause_when_the_write_is_lost() -> None:
     h.api.fail = lambda verb, what: None
     h.sync(1)
     for _ in range(4):
-        h.sync(1)
+        h.sync(5)  # the settle window runs from the first recorded sighting
     st = h.status
     assert st["attempt"] == 1 and st["counters"]["restarts"] == 1
     assert st["failure"]["reason"] == "OOMKilled" and st["failure"]["pod"] == "job-1"
@@ -356,8 +356,9 @@ def test_gang_restart_finished_from_status_after_a_crash() -> None:
     start(h)
     h.api.set_pod("job-0", running())
     h.api.set_pod("job-1", terminated(137, reason="OOMKilled"))
+    h.sync(1)  # the failure is seen and recorded
     h.api.fail = lambda verb, what: "lost" if what == "status" else None
-    h.sync(30)  # past the settle window
+    h.sync(30)  # past the settle window: the restart is recorded, the response lost
     h.crash()
     h.api.fail = lambda verb, what: None
     for _ in range(4):

@@ -570,6 +570,10 @@ class RankStatus(_Wire):
     """When the trainer started (RFC 3339)."""
     finished_at: str | None = None
     """When the trainer ended (RFC 3339)."""
+    failure_observed_at: str | None = None
+    """When the operator first saw this pod fail, by its own clock. Times the pod's node
+    reports are clamped to a few seconds before this, so a node clock that is off cannot
+    change the root cause or when the failure is handled."""
 
 
 class Failure(_Wire):

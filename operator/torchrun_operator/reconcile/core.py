@@ -31,6 +31,10 @@ MAX_RESTART_RECORDS = 10
 # A failure that restarting may fix is acted on only once the other nodes have had time to
 # report, or have all stopped: their reports may hold the exception that really caused it.
 SETTLE_SECONDS = 2 * WINDOW
+# How long before the operator sees a pod's failure it can have happened, on the operator's
+# clock (the agent's report, the kubelet's status sync, the watch). Node-reported times are
+# clamped to it; with the 1 s of whole-second stamps it stays inside the root-cause WINDOW.
+REPORT_LAG = 2.0
 # The longest the shell is asked to wait before looking again. Deadlines and TTLs of any
 # length then cost a wake-up an hour, and no delay can overflow a timer.
 MAX_REQUEUE_SECONDS = 3600.0
@@ -325,6 +329,7 @@ def _observe(ctx: _Ctx) -> None:
                 seen.alive.add(i)
             else:
                 gone = {**before, "phase": "Deleted", "ready": False, "reason": "PodDeleted"}
+                gone.setdefault("failureObservedAt", ctx.stamp)
                 entries.append(gone)
                 seen.failed.add(i)
                 seen.candidates.append(
@@ -332,8 +337,12 @@ def _observe(ctx: _Ctx) -> None:
                 )
             continue
         seen.current[i] = pod
-        entries.append(rank_entry(i, pod))
+        entry = rank_entry(i, pod)
+        entries.append(entry)
         _classify_pod(ctx, i, pod, seen)
+        if i in seen.failed:
+            same_pod = before.get("pod") == pod.name
+            entry["failureObservedAt"] = (same_pod and before.get("failureObservedAt")) or ctx.stamp
     st["ranks"] = entries
     # Elastic scale-down (spec.nodes lowered): pods beyond the desired count go.
     ctx.delete_pods([p for p in by_name.values() if (p.node_index or 0) >= desired])
@@ -421,9 +430,38 @@ def _describe(cause: Candidate) -> str:
     )
 
 
+def _observed_at(ctx: _Ctx) -> dict[int, float]:
+    """Per node index, when the operator first saw its pod fail (its own clock)."""
+    out: dict[int, float] = {}
+    for entry in ctx.status.get("ranks") or []:
+        at = seconds(entry.get("failureObservedAt"))
+        if at is not None:
+            out[int(entry["nodeRank"])] = at
+    return out
+
+
+def _on_operator_clock(ctx: _Ctx, candidates: list[Candidate]) -> list[Candidate]:
+    """Node clocks may be off by any amount. A failure happened before the operator saw it,
+    and (the operator watching all along) not long before: each reported time is clamped
+    into [seen - REPORT_LAG, seen + 1 s] (the status keeps whole seconds). Clamping is
+    monotonic, so reports seen together keep their order; a node an hour ahead cannot
+    postpone its failure, and one far behind cannot put a consequence (a lost connection)
+    before its cause by more than a few seconds, within WINDOW, where an exception outranks
+    it."""
+    observed = _observed_at(ctx)
+    out = []
+    for c in candidates:
+        seen = observed.get(c.node_index)
+        if seen is not None:
+            c = replace(c, at=min(max(c.at, seen - REPORT_LAG), seen + 1.0))
+        out.append(c)
+    return out
+
+
 def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     spec = ctx.spec
     retryable = spec.failure_policy.retryable_exit_codes
+    seen.candidates = _on_operator_clock(ctx, seen.candidates)
     cause = root_cause(seen.candidates)
     klass = classify(cause, retryable)
     if (
@@ -438,12 +476,17 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     # on the store host, the other node's agent often dies first, of a lost store connection.
     # So wait until every pod has ended, or SETTLE_SECONDS after the first report. Lost pods
     # need no settling: nothing another node reports can explain them away.
-    reported = [c.at for c in seen.candidates if c.kind != "lost"]
+    # Measured on the operator's clock (when it saw each failure), never a node's.
+    observed = _observed_at(ctx)
+    reported = [observed.get(c.node_index, c.at) for c in seen.candidates if c.kind != "lost"]
     # A rendezvous timeout is decided at once, on the pods as they are now: no training ran,
     # so no report can explain it away, and waiting lets a Pending pod start in the room the
     # failed ones freed, hiding why the rendezvous failed.
     rendezvous_timeout = cause.kind == "rendezvous" and cause.reason == "RendezvousTimeout"
-    if seen.alive and reported and not rendezvous_timeout:
+    # A recorded exception leaves no doubt that the job fails (a user error); waiting could
+    # only change which rank is named, so it is decided at once.
+    certain = cause.kind == "exception" and klass == "user"
+    if seen.alive and reported and not rendezvous_timeout and not certain:
         settle_at = min(reported) + SETTLE_SECONDS
         if ctx.now < settle_at:
             ctx.requeue.append(settle_at - ctx.now)

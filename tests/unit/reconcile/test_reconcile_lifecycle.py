@@ -7,6 +7,7 @@ from dtj_factory import (
     by_name,
     drop_terminating,
     failure,
+    iso,
     make_job,
     report,
     set_deleting,
@@ -182,7 +183,12 @@ def test_gang_restart_full_cycle_with_backoff() -> None:
         set_terminated(pods[0], 137, reason="OOMKilled", t=10),
         set_running(pods[1], ready=True),
     ]
-    plan, job, pods = step(job, pods, 30)
+    # Seen at 11: the other pod may still report the real cause, so the operator waits
+    # SETTLE_SECONDS on its own clock.
+    plan, job, pods = step(job, pods, 11)
+    assert plan.status["phase"] != "Restarting" and plan.delete == []
+    assert plan.requeue_after == pytest.approx(SETTLE_SECONDS)
+    plan, job, pods = step(job, pods, 21)
     st = plan.status
     assert st["phase"] == "Restarting" and st["attempt"] == 1
     assert sorted(plan.delete) == ["job-0", "job-1"]
@@ -192,13 +198,13 @@ def test_gang_restart_full_cycle_with_backoff() -> None:
     assert plan.requeue_after == 10
     assert "Restarting" in reasons(plan)
     # old pods still terminating: nothing is created (same hostnames)
-    plan, job, pods = step(job, pods, 31)
+    plan, job, pods = step(job, pods, 22)
     assert plan.create == [] and plan.events == [] and plan.delete == []
     # pods gone but back-off not over
     pods = drop_terminating(pods)
-    plan, job, pods = step(job, pods, 35)
+    plan, job, pods = step(job, pods, 26)
     assert plan.create == [] and plan.requeue_after == pytest.approx(5)
-    plan, job, pods = step(job, pods, 40)
+    plan, job, pods = step(job, pods, 31)
     assert [p["metadata"]["name"] for p in plan.create] == ["job-0-a1", "job-1-a1"]
     assert plan.status["phase"] == "Starting"
     args = plan.create[0]["spec"]["containers"][0]["args"]
@@ -248,7 +254,7 @@ def test_infrastructure_failure_waits_for_other_reports() -> None:
     ]
     plan, job2, _ = step(job, pods, 11)
     assert plan.status["phase"] in ("Starting", "Running")
-    assert plan.requeue_after == pytest.approx(10 + SETTLE_SECONDS - 11)
+    assert plan.requeue_after == pytest.approx(SETTLE_SECONDS)  # from when it was seen
     assert plan.events == []
     # the exception arrives inside the window: user error, no restart
     pods[1] = set_terminated(
@@ -295,11 +301,13 @@ def test_earliest_failure_wins_outside_window() -> None:
         set_terminated(
             pods[0], 1, report("Failed", [0, 1], [failure(1, "signal", 10, exit_code=-9)]), t=10
         ),
-        set_terminated(
-            pods[1], 1, report("Failed", [2, 3], [failure(2, "exception", 30, "late")]), t=30
-        ),
+        set_running(pods[1], ready=True),
     ]
-    plan, _, _ = step(job, pods, 40)
+    _, job, pods = step(job, pods, 10)  # the signal is seen as it happens
+    pods[1] = set_terminated(
+        pods[1], 1, report("Failed", [2, 3], [failure(2, "exception", 30, "late")]), t=30
+    )
+    plan, _, _ = step(job, pods, 30)
     assert plan.status["failure"]["rank"] == 1
     assert cond(plan.status, "Failed")["reason"] == "RestartBudgetExhausted"
 
@@ -362,11 +370,15 @@ def test_elastic_below_min_or_losing_store_host_gang_restarts() -> None:
     job, pods = start(make_job(nodes=3, elastic={"minNodes": 3, "maxNodes": 4}))
     pods = [set_running(p, ready=True) for p in pods]
     _, job, pods = step(job, pods, 2)
-    plan, _, _ = step(job, [pods[0], pods[1], set_terminated(pods[2], 137, reason="OOMKilled")], 20)
+    pods = [pods[0], pods[1], set_terminated(pods[2], 137, reason="OOMKilled")]
+    _, job, pods = step(job, pods, 20)
+    plan, _, _ = step(job, pods, 20 + SETTLE_SECONDS)
     assert plan.status["phase"] == "Restarting"
     job, pods = start(make_job(nodes=3, elastic={"minNodes": 1}))
     pods = [set_running(p, ready=True) for p in pods]
-    plan, _, _ = step(job, [set_terminated(pods[0], 137, reason="OOMKilled"), pods[1], pods[2]], 20)
+    pods = [set_terminated(pods[0], 137, reason="OOMKilled"), pods[1], pods[2]]
+    _, job, pods = step(job, pods, 20)
+    plan, _, _ = step(job, pods, 20 + SETTLE_SECONDS)
     assert plan.status["phase"] == "Restarting"
 
 
@@ -485,3 +497,39 @@ def test_requeue_delay_is_bounded_for_any_deadline() -> None:
     job = make_job(runPolicy={"activeDeadlineSeconds": 10**7})
     plan = reconcile(job, [], at(0))
     assert plan.requeue_after is not None and 0 < plan.requeue_after <= MAX_REQUEUE_SECONDS
+
+
+@pytest.mark.parametrize("culprit_skew", [0.0, -30.0, 3600.0])
+@pytest.mark.parametrize("peer_skew", [0.0, -30.0, 3600.0])
+def test_node_clock_skew_changes_neither_root_cause_nor_timing(
+    culprit_skew: float, peer_skew: float
+) -> None:
+    """Rank 3 raises at t=10 on one node; the other node's agent dies of the lost connection
+    half a second later. Whatever either node's clock says, the exception is the root cause,
+    and the job fails when the operator has seen both (never earlier, never an hour later)."""
+    job, pods = start(make_job(nodes=2, failurePolicy={"maxRestarts": 0}))
+    pods = [set_running(p, ready=True) for p in pods]
+    _, job, pods = step(job, pods, 2)
+    comm = report("Failed", [0, 1], [failure(0, "comm", 10.5 + peer_skew, "Connection closed")])
+    pods[0] = set_terminated(pods[0], 1, comm, t=10.5 + peer_skew)
+    plan, job, pods = step(job, pods, 11)  # the lost connection is seen first
+    assert plan.status["phase"] == "Running", "waits for the other node's report"
+    assert plan.requeue_after == pytest.approx(SETTLE_SECONDS)
+    boom = report("Failed", [2, 3], [failure(3, "exception", 10 + culprit_skew, "ValueError: x")])
+    pods[1] = set_terminated(pods[1], 1, boom, t=10 + culprit_skew)
+    plan, _, _ = step(job, pods, 12)
+    assert plan.status["phase"] == "Failed"
+    assert plan.status["failure"]["rank"] == 3 and plan.status["failure"]["reason"] == "Exception"
+
+
+def test_a_node_an_hour_ahead_cannot_postpone_the_decision() -> None:
+    job, pods = start(make_job(nodes=2))
+    pods = [set_running(p, ready=True) for p in pods]
+    _, job, pods = step(job, pods, 2)
+    pods[0] = set_terminated(pods[0], 137, reason="OOMKilled", t=10 + 3600)
+    plan, job, pods = step(job, pods, 11)
+    assert plan.requeue_after == pytest.approx(SETTLE_SECONDS)
+    plan, _, _ = step(job, pods, 11 + SETTLE_SECONDS)
+    assert plan.status["phase"] == "Restarting"
+    # Recorded on the operator's clock, not an hour in the future.
+    assert plan.status["failure"]["at"] <= iso(12)
