@@ -45,6 +45,7 @@ unset LOCALKUBE_BIN KUBECONFIG LOCALKUBE_USE_KUBECONFIG
 mkdir -p "$HOME" "$XDG_CACHE_HOME"
 cp "$orig_home/.gitconfig" "$HOME/" 2>/dev/null || true  # identity and safe.directory
 
+rev=$(git -C "$REPO" rev-parse --short HEAD)  # what the clones hold, whatever HEAD does later
 phases=()
 phase() {  # name command...: runs and records the wall time; stops the check on failure
   local name=$1 start rc=0
@@ -57,13 +58,14 @@ phase() {  # name command...: runs and records the wall time; stops the check on
 }
 report() {
   echo
-  echo "fresh check of $(git -C "$REPO" rev-parse --short HEAD), caches under $root"
+  echo "fresh check of $rev, caches under $root"
   printf '%s\n' "${phases[@]}"
 }
 
 run_once() {  # label
   local dir=$root/clone-$1
   phase "$1: clone" git clone -q "$REPO" "$dir"
+  git -C "$dir" checkout -q "$rev"
   cd "$dir"
   export PYTHONPATH=$dir/operator:$dir/cluster
   phase "$1: cluster/build.sh all" bash cluster/build.sh all

@@ -30,6 +30,7 @@ class Options:
     leader_namespace: str | None = None
     leader_id: str = "torchrun-operator"
     workers: int = 16
+    network_policy: bool = True  # the jobs' default; spec.networkPolicy.enabled overrides
     metrics_port: int | None = None
 
 
@@ -50,9 +51,20 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own events say what matters
-    settings.watching.server_timeout = 300
+    # kopf's own requests (the job watch) get the bounds ours have (kube/client.py), not
+    # aiohttp's 5-minute total and no connect timeout at all.
+    settings.watching.server_timeout = kclient.WATCH_TIMEOUT_SECONDS
+    settings.watching.client_timeout = kclient.WATCH_TIMEOUT_SECONDS + kclient.WATCH_GRACE_SECONDS
+    settings.watching.connect_timeout = kclient.CONNECT_TIMEOUT_SECONDS
+    settings.networking.connect_timeout = kclient.CONNECT_TIMEOUT_SECONDS
+    settings.networking.request_timeout = kclient.APISERVER_REQUEST_TIMEOUT_SECONDS
     api = kclient.load()
-    ctrl = Controller(api, namespaces=Options.namespaces, workers=Options.workers)
+    ctrl = Controller(
+        api,
+        namespaces=Options.namespaces,
+        workers=Options.workers,
+        network_policy=Options.network_policy,
+    )
     _state["controller"] = ctrl
     if Options.metrics_port:
         from torchrun_operator import metrics
@@ -77,10 +89,38 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 def cleanup(**_: Any) -> None:
-    if elector := _state.pop("elector", None):
-        elector.stop()
+    # The workers stop first, then the Lease is released: a released Lease lets a standby
+    # start at once, and it must not overlap with our workers still writing.
     if ctrl := _state.pop("controller", None):
         ctrl.stop()
+    if elector := _state.pop("elector", None):
+        elector.stop()
+
+
+@kopf.on.probe(id="threads")
+def threads_alive(**_: Any) -> str:
+    """Liveness: fails while any worker or pod-watch thread of the controller, or a leader
+    election thread, is dead, so the kubelet restarts a replica that would otherwise sit
+    there, alive and doing nothing.
+
+    How kopf reports it (kopf 1.45, engines/probing.py): /healthz runs every probe handler
+    and answers 200 with their results as JSON ({"threads": "ok"}); when one fails, kopf logs
+    "Activity 'threads' failed permanently: dead threads: ..." and the request handler raises,
+    so aiohttp answers 500 Internal Server Error, which the kubelet counts as a failed probe
+    (tests/unit/kube/test_handlers.py checks this). Only successes are cached (10 s), so a
+    death shows within 10 s. The error must be PermanentError: kopf retries any other
+    exception after settings.execution.default_backoff (60 s) while the probe request waits,
+    and the kubelet would see a timeout instead.
+    """
+    ctrl: Controller | None = _state.get("controller")
+    elector: LeaderElector | None = _state.get("elector")
+    dead = [
+        *(ctrl.dead_threads() if ctrl is not None else []),
+        *(elector.dead_threads() if elector is not None else []),
+    ]
+    if dead:
+        raise kopf.PermanentError(f"dead threads: {', '.join(sorted(dead))}")
+    return "ok"
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

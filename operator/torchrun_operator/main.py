@@ -23,6 +23,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--leader-election-namespace", help="enable leader election on a Lease here")
     p.add_argument("--leader-election-id", default="torchrun-operator")
     p.add_argument("--workers", type=int, default=16, help="jobs reconciled at once")
+    p.add_argument(
+        "--network-policy",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="give each job a NetworkPolicy unless its spec.networkPolicy.enabled says not",
+    )
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -34,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     handlers.Options.leader_namespace = args.leader_election_namespace
     handlers.Options.leader_id = args.leader_election_id
     handlers.Options.workers = args.workers
+    handlers.Options.network_policy = args.network_policy
     handlers.Options.metrics_port = args.metrics_port or None
     kopf.configure(
         verbose=args.verbose,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +53,19 @@ def holder(kube: client.ApiClient, ns: str) -> str | None:
         raise
     name: str | None = lease.spec.holder_identity
     return name
+
+
+def first_seen(logs: dict[str, tuple[OperatorProcess, str]], timeout: float) -> dict[str, float]:
+    """When each (replica, line) of `logs` first showed up in the replica's log, polled every
+    0.2 s until all have or `timeout` passes."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(logs) and time.monotonic() < deadline:
+        for what, (op, line) in logs.items():
+            if what not in seen and line in op.log():
+                seen[what] = time.monotonic()
+        time.sleep(0.2)
+    return seen
 
 
 def identity_pid(identity: str) -> int:
@@ -124,3 +139,66 @@ def test_one_leader_acts_and_the_standby_takes_over_when_it_dies(
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert len(done["status"]["ranks"]) == 2
     assert pod_creates(standby) == 2
+
+
+def test_a_leader_that_cannot_renew_stops_before_the_standby_takes_over(
+    operator: OperatorProcess,
+    cluster: Any,
+    kube: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader's Lease renewals fail from the 3rd on (fault injection, 503): it must stop
+    acting within its renew deadline, before the standby's lease duration runs out."""
+    operator.kill()  # it would act on every job too
+    fault_log = tmp_path / "faults.log"
+    faults = tmp_path / "faults.json"
+    renewals = f"/namespaces/{namespace}/leases/{LEASE}$"
+    rule = {"method": "PUT", "path": renewals, "nth": 3, "times": "all", "action": "status"}
+    faults.write_text(json.dumps({"log": str(fault_log), "rules": [{**rule, "status": 503}]}))
+    ops = [
+        OperatorProcess(
+            Path(cluster.kubeconfig),
+            tmp_path / name,
+            extra=["--leader-election-namespace", namespace],
+        )
+        for name in ("cut-off", "standby")
+    ]
+    cut_off, standby = ops
+    try:
+        for op in ops:
+            op.log_dir.mkdir()
+        with monkeypatch.context() as m:  # only the first replica gets the faults
+            m.setenv("TORCHRUN_OPERATOR_FAULTS", str(faults))
+            cut_off.start()
+        assert cut_off.proc is not None
+        first = wait_for("a lease holder", lambda: holder(kube, namespace), timeout=60)
+        assert identity_pid(first) == cut_off.proc.pid
+        standby.start()
+        seen = first_seen(
+            {
+                "stopped": (cut_off, "lost leadership"),
+                "took over": (standby, "became leader"),
+            },
+            timeout=90,
+        )
+        assert set(seen) == {"stopped", "took over"}, seen
+        # Stopped at most renew deadline (10 s) after its last good renewal; the standby
+        # waited the lease duration (15 s) from when it saw that renewal: 5 s apart or more.
+        assert seen["took over"] - seen["stopped"] > 2.0, seen
+        assert "could not renew" in cut_off.log()
+        assert "fault injection is ON" in cut_off.log()
+        assert "fault injection is ON" not in standby.log()
+        assert standby.proc is not None
+        assert identity_pid(holder(kube, namespace) or "-0") == standby.proc.pid
+        injected = [json.loads(line) for line in fault_log.read_text().splitlines()]
+        assert injected and all(f["method"] == "PUT" for f in injected)
+        assert {f["pid"] for f in injected} == {cut_off.proc.pid}
+        assert "became leader" not in cut_off.log().split("lost leadership", 1)[1]
+    finally:
+        for op in ops:
+            op.kill()
+        operator.start()
+    for op in ops:
+        assert "Traceback" not in op.log(), op.log()[-4000:]

@@ -1,10 +1,78 @@
-"""Kubernetes client set-up: in-cluster config when in a pod, else the kubeconfig."""
+"""Kubernetes client set-up: in-cluster config when in a pod, else the kubeconfig.
+
+Every request gets a client-side timeout. Without one, a request to an apiserver that stops
+answering (a dead connection behind a load balancer, an apiserver stuck in a restart) blocks
+its thread forever: a worker, the pod watch or the leader election would hang without dying,
+which no liveness probe notices.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Mapping
+from typing import Any
 
 from kubernetes import client, config
+
+from torchrun_operator.kube import faults
+
+log = logging.getLogger(__name__)
+
+# A reachable apiserver accepts a connection in milliseconds; 5 s rides out one lost SYN
+# (the kernel retransmits after 1 s, then 3 s) and still fails fast when it is gone.
+CONNECT_TIMEOUT_SECONDS = 5.0
+# urllib3's read timeout bounds each wait for bytes, not the whole response, so a big list
+# that streams steadily is not cut off. The apiserver gives up on a request after 60 s
+# (--request-timeout); 30 s of silence on one of our small requests already means trouble.
+READ_TIMEOUT_SECONDS = 30.0
+REQUEST_TIMEOUT = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
+# For clients that only take a total (kopf's): the apiserver ends any request that is not a
+# watch after 60 s (--request-timeout), so waiting longer for a response is waiting for none.
+APISERVER_REQUEST_TIMEOUT_SECONDS = 60.0
+
+# Watches: the server ends each one after this long (timeoutSeconds) and we resume from the
+# last resourceVersion. Bookmarks are sent at the server's discretion, so only this bounds
+# how long a healthy, idle stream may stay silent: the client waits that long plus a grace
+# before it takes the stream for dead. (TCP keepalive, on by default in the client, notices
+# a vanished peer sooner: 30 s idle + 9 probes 15 s apart.)
+WATCH_TIMEOUT_SECONDS = 300
+WATCH_GRACE_SECONDS = 30.0
+WATCH_REQUEST_TIMEOUT = (CONNECT_TIMEOUT_SECONDS, WATCH_TIMEOUT_SECONDS + WATCH_GRACE_SECONDS)
+
+
+class ApiClient(client.ApiClient):
+    """The kubernetes ApiClient with a default timeout on every request and, in tests only,
+    fault injection (kube/faults.py). call_api is the one method every API call (watches
+    included) goes through with the method, URL and timeout in hand."""
+
+    def __init__(
+        self,
+        configuration: client.Configuration | None = None,
+        request_timeout: Any = REQUEST_TIMEOUT,
+        injector: faults.Injector | None = None,
+    ) -> None:
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
+        self.injector = injector
+
+    def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+    ) -> Any:
+        timeout = self.request_timeout if _request_timeout is None else _request_timeout
+
+        def send() -> Any:
+            return client.ApiClient.call_api(
+                self, method, url, header_params, body, post_params, _request_timeout=timeout
+            )
+
+        return send() if self.injector is None else self.injector.call(method, url, send)
 
 
 def in_cluster_server(env: Mapping[str, str]) -> str | None:
@@ -19,7 +87,7 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
     return f"https://{host}:{port}"
 
 
-def load() -> client.ApiClient:
+def load(env: Mapping[str, str] = os.environ) -> ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -27,4 +95,12 @@ def load() -> client.ApiClient:
     cfg = client.Configuration.get_default_copy()
     # One operator talks to the apiserver from many threads (workers, creates in parallel).
     cfg.connection_pool_maxsize = 32
-    return client.ApiClient(cfg)
+    injector = faults.from_env(env)
+    if injector is not None:
+        log.warning(
+            "fault injection is ON (%s=%s): %d rules",
+            faults.ENV,
+            env[faults.ENV],
+            len(injector.rules),
+        )
+    return ApiClient(cfg, injector=injector)

@@ -1,9 +1,17 @@
 """Leader election on a coordination.k8s.io Lease, so two replicas never act on one job.
 
-The holder renews every `renew` seconds; a candidate takes the Lease over only when it has not
-been renewed for `duration` seconds. A holder that cannot renew within `duration` steps down
-before anyone else can take over (renew < duration), so two leaders never overlap as long as
-clocks tick at the same rate.
+As client-go does it. Expiry is judged by the candidate's own monotonic clock: the Lease has
+expired when this candidate has seen no change to it (holder, renewTime, resourceVersion) for
+leaseDurationSeconds. The holder's renewTime is only written for people to read; comparing it
+with the local wall clock would let a holder whose clock runs an hour ahead keep the Lease
+forever, or one 30 s behind lose it while renewing.
+
+Fencing: the leader counts its term from the moment it *sent* its last successful renewal.
+A standby can only have seen that renewal after it was written, so it waits at least
+`duration` from then; the leader stops acting (on_stopped) `renew_deadline` after it, which is
+earlier, whatever state its requests are in: a fence thread enforces it even while a request
+hangs. The margin (duration - renew_deadline) covers the difference in clock rates and the
+time on_stopped takes to take effect.
 """
 
 from __future__ import annotations
@@ -11,74 +19,200 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
+# client-go's defaults, as kube-controller-manager and kube-scheduler use them.
+LEASE_DURATION_SECONDS = 15.0
+RENEW_DEADLINE_SECONDS = 10.0
+RETRY_PERIOD_SECONDS = 2.0
+
+
+class LeaseApi(Protocol):
+    """The part of CoordinationV1Api the elector uses (a fake in tests)."""
+
+    def read_namespaced_lease(self, name: str, namespace: str, **kw: Any) -> Any: ...
+
+    def create_namespaced_lease(self, namespace: str, body: Any, **kw: Any) -> Any: ...
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kw: Any) -> Any: ...
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def _record(lease: Any) -> tuple[Any, ...]:
+    """What makes one version of the Lease differ from another, to the eye of a candidate."""
+    spec = lease.spec or client.V1LeaseSpec()
+    meta = lease.metadata or client.V1ObjectMeta()
+    return (
+        meta.resource_version,
+        spec.holder_identity,
+        spec.renew_time,
+        spec.acquire_time,
+        spec.lease_transitions,
+        spec.lease_duration_seconds,
+    )
+
+
 class LeaderElector:
     def __init__(
         self,
-        api: client.ApiClient,
+        api: client.ApiClient | None,
         namespace: str,
         name: str,
         identity: str,
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
-        duration: float = 15.0,
-        renew: float = 5.0,
+        duration: float = LEASE_DURATION_SECONDS,
+        renew_deadline: float = RENEW_DEADLINE_SECONDS,
+        retry: float = RETRY_PERIOD_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = _now,
+        leases: LeaseApi | None = None,
     ) -> None:
-        self._coord = client.CoordinationV1Api(api)
+        if not 0 < retry < renew_deadline < duration:
+            raise ValueError("leader election needs 0 < retry < renew_deadline < duration")
+        # cast: the generated client's signatures are stricter than the protocol spells out.
+        self._leases = (
+            leases if leases is not None else cast(LeaseApi, client.CoordinationV1Api(api))
+        )
         self._ns, self._name, self._id = namespace, name, identity
         self._on_started, self._on_stopped = on_started, on_stopped
-        self._duration, self._renew = duration, renew
+        self._duration, self._renew_deadline, self._retry = duration, renew_deadline, retry
+        # One attempt is a read and a write; both fit in the renew deadline less a retry
+        # period, so a leader whose requests time out still gets another attempt in its term.
+        # (The fence does not rely on it: urllib3 may retry a request that timed out.)
+        self._request_timeout = (renew_deadline - retry) / 2
+        self._clock, self._wall = clock, wall
         self._stop = threading.Event()
-        self._last_renew: dt.datetime | None = None
+        # Guards the state below, and runs on_started/on_stopped in the order of the
+        # transitions they report (the loop and the fence thread both make them).
+        self._lock = threading.Condition()
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0  # our clock when the Lease last changed
+        self._leading_until: float | None = None  # end of our term unless we renew
         self.is_leader = False
         self.thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._fence_thread = threading.Thread(target=self._fence, name="leader-fence", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
+        self._fence_thread.start()
+
+    def dead_threads(self) -> list[str]:
+        """The election's threads that died (a callback that raised); for the liveness probe."""
+        if self._stop.is_set():
+            return []
+        threads = (self.thread, self._fence_thread)
+        return [t.name for t in threads if t.ident is not None and not t.is_alive()]
 
     def stop(self) -> None:
+        """Stops campaigning, stops leading, and releases the Lease if we hold it, so a
+        standby takes over at once. Stop what acts on leadership (the controller) first."""
         self._stop.set()
-        self.thread.join(timeout=5)
-        if self.is_leader:
-            self._release()
+        with self._lock:
+            self._lock.notify_all()
+        for thread, limit in ((self.thread, self._renew_deadline), (self._fence_thread, 1.0)):
+            if thread.is_alive():
+                thread.join(timeout=limit)
+        with self._lock:
+            if self.is_leader:
+                self._stop_leading("shutting down", level=logging.INFO)
+        self._release()
+
+    # -- the loop ----------------------------------------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                held = self._try_acquire_or_renew()
-            except Exception as e:  # noqa: BLE001 - any failure is "could not renew"
-                log.warning("leader election: %s", e)
-                held = False
-            if held:
-                self._last_renew = _now()
-                if not self.is_leader:
-                    self.is_leader = True
-                    log.info("became leader (lease %s/%s)", self._ns, self._name)
-                    self._on_started()
-            elif self.is_leader and (
-                self._last_renew is None
-                or (_now() - self._last_renew).total_seconds() > self._duration - self._renew
+            self.step()
+            self._stop.wait(self._retry)
+
+    def step(self) -> None:
+        """One attempt to acquire or renew the Lease (the loop's body; tests call it)."""
+        started = self._clock()
+        try:
+            held = self._try_acquire_or_renew()
+        except Exception as e:  # noqa: BLE001 - any failure is "could not renew"
+            log.warning("leader election: %s", _describe(e))
+            held = False
+        with self._lock:
+            if held and not self._stop.is_set():
+                self._renewed(started)
+            self.check_fence()
+
+    def _renewed(self, started: float) -> None:
+        """A write sent at `started` succeeded: we lead until started + renew_deadline."""
+        until = started + self._renew_deadline
+        if self._clock() >= until:
+            # It took longer than a term: the fence may have fired; leading on it now would
+            # be leading past the deadline. The next attempt starts a fresh term.
+            log.warning("leader election: renewal took %.1f s", self._clock() - started)
+            return
+        self._leading_until = until
+        self._lock.notify_all()
+        if not self.is_leader:
+            self.is_leader = True
+            log.info("became leader (lease %s/%s)", self._ns, self._name)
+            self._on_started()
+
+    def check_fence(self) -> None:
+        """Stops leading once the term is over (the fence thread calls it on time)."""
+        with self._lock:
+            if (
+                self.is_leader
+                and self._leading_until is not None
+                and self._clock() >= self._leading_until
             ):
-                self.is_leader = False
-                log.warning("lost leadership (lease %s/%s)", self._ns, self._name)
-                self._on_stopped()
-            self._stop.wait(self._renew)
+                self._stop_leading(f"could not renew within {self._renew_deadline:g} s")
+
+    def _stop_leading(self, why: str, level: int = logging.WARNING) -> None:
+        # Called with the lock held.
+        if not self.is_leader:
+            return
+        self.is_leader = False
+        self._leading_until = None
+        log.log(level, "lost leadership (lease %s/%s): %s", self._ns, self._name, why)
+        self._on_stopped()
+
+    def _fence(self) -> None:
+        with self._lock:
+            while not self._stop.is_set():
+                self.check_fence()
+                left = None
+                if self.is_leader and self._leading_until is not None:
+                    left = max(self._leading_until - self._clock(), 0.0)
+                self._lock.wait(left)
+
+    # -- the API -----------------------------------------------------------------------------
+
+    def _observe(self, lease: Any) -> None:
+        record = _record(lease)
+        with self._lock:
+            if record != self._observed:
+                self._observed = record
+                # After the response: the change happened no later than now.
+                self._observed_at = self._clock()
+
+    def _expired(self, spec: Any) -> bool:
+        duration = spec.lease_duration_seconds or self._duration
+        with self._lock:
+            return self._clock() - self._observed_at > duration
 
     def _try_acquire_or_renew(self) -> bool:
-        now = _now()
+        timeout = self._request_timeout
+        now = self._wall()
         try:
-            lease = self._coord.read_namespaced_lease(self._name, self._ns)
+            lease = self._leases.read_namespaced_lease(
+                self._name, self._ns, _request_timeout=timeout
+            )
         except ApiException as e:
             if e.status != 404:
                 raise
@@ -93,21 +227,24 @@ class LeaderElector:
                 ),
             )
             try:
-                self._coord.create_namespaced_lease(self._ns, body)
-                return True
+                created = self._leases.create_namespaced_lease(
+                    self._ns, body, _request_timeout=timeout
+                )
             except ApiException as e2:
                 if e2.status == 409:
                     return False
                 raise
+            self._observe(created)
+            return True
+        self._observe(lease)
         spec = lease.spec or client.V1LeaseSpec()
         lease.spec = spec
         holder = spec.holder_identity
-        renewed = spec.renew_time or spec.acquire_time
-        expired = renewed is None or (now - renewed).total_seconds() > (
-            spec.lease_duration_seconds or self._duration
-        )
-        if holder not in (self._id, None, "") and not expired:
-            return False
+        if holder not in (self._id, None, ""):
+            with self._lock:
+                self._stop_leading(f"the lease is held by {holder}")
+            if not self._expired(spec):
+                return False
         if holder != self._id:
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
             spec.acquire_time = now
@@ -116,19 +253,33 @@ class LeaderElector:
         spec.lease_duration_seconds = int(self._duration)
         # replace carries resourceVersion: a concurrent writer makes this fail with 409.
         try:
-            self._coord.replace_namespaced_lease(self._name, self._ns, lease)
+            written = self._leases.replace_namespaced_lease(
+                self._name, self._ns, lease, _request_timeout=timeout
+            )
         except ApiException as e:
             if e.status == 409:
                 return False
             raise
+        self._observe(written)
         return True
 
     def _release(self) -> None:
         try:
-            lease = self._coord.read_namespaced_lease(self._name, self._ns)
+            lease = self._leases.read_namespaced_lease(
+                self._name, self._ns, _request_timeout=self._request_timeout
+            )
             if lease.spec is not None and lease.spec.holder_identity == self._id:
                 lease.spec.holder_identity = None
                 lease.spec.renew_time = None
-                self._coord.replace_namespaced_lease(self._name, self._ns, lease)
+                self._leases.replace_namespaced_lease(
+                    self._name, self._ns, lease, _request_timeout=self._request_timeout
+                )
+                log.info("released lease %s/%s", self._ns, self._name)
         except Exception as e:  # noqa: BLE001 - best effort on shutdown
-            log.info("could not release lease: %s", e)
+            log.info("could not release lease: %s", _describe(e))
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ApiException):
+        return f"API error {e.status} {e.reason}"
+    return f"{type(e).__name__}: {e}"

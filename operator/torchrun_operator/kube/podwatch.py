@@ -2,15 +2,20 @@
 
 kopf sends no label selector, so a kopf pod handler would stream every pod in the cluster.
 This watcher lists then watches pods carrying the job label, feeds the pod cache and tells the
-controller which job changed. It re-lists on 410 Gone and on any stream error.
+controller which job changed. A watch the server ends resumes from the last resourceVersion;
+410 Gone (history compacted) and any error cost a re-list, after a back-off that grows with
+consecutive failures, so an apiserver in trouble is not hammered by every replica at once.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import random
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kubernetes import client, watch
@@ -18,8 +23,63 @@ from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 from torchrun_operator.kube.cache import JobKey, PodCache
+from torchrun_operator.kube.client import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS
 
 log = logging.getLogger(__name__)
+
+# Back-off between failed attempts, as client-go's reflector does it: from 0.8 s, doubling,
+# at most 30 s. Each delay is drawn from [d/2, d] so replicas that failed together (an
+# apiserver restart) do not come back in lockstep.
+BACKOFF_INITIAL_SECONDS = 0.8
+BACKOFF_MAX_SECONDS = 30.0
+# A failure this long after the previous one starts again from the initial delay (client-go:
+# 2 minutes): one broken stream an hour should not wait like the tenth in a row.
+BACKOFF_RESET_SECONDS = 120.0
+# The longest Retry-After (on 429 Too Many Requests) we obey. The apiserver's priority and
+# fairness asks for a second or so; a header of hours (a broken proxy) must not leave every
+# job without pod events that long.
+RETRY_AFTER_MAX_SECONDS = 60.0
+
+
+class Backoff:
+    """Exponential back-off with jitter, capped, reset after a quiet spell."""
+
+    def __init__(
+        self,
+        initial: float = BACKOFF_INITIAL_SECONDS,
+        cap: float = BACKOFF_MAX_SECONDS,
+        reset_after: float = BACKOFF_RESET_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._initial, self._cap, self._reset_after = initial, cap, reset_after
+        self._clock, self._rand = clock, rand
+        self._last: float | None = None
+        self.streak = 0  # failures in a row, this one included
+
+    def next(self) -> float:
+        """Records a failure; returns how long to wait before the next attempt."""
+        now = self._clock()
+        if self._last is None or now - self._last > self._reset_after:
+            self.streak = 0
+        self._last = now
+        self.streak += 1
+        # min() before the power: 2**streak alone would overflow a float after ~1000 failures.
+        full = min(self._cap, self._initial * 2 ** min(self.streak - 1, 64))
+        return full / 2 + self._rand() * full / 2
+
+
+def retry_after(e: BaseException) -> float | None:
+    """The delay a 429 answer asks for (Retry-After, in seconds), bounded; None if none."""
+    if not isinstance(e, ApiException) or e.status != 429 or not e.headers:
+        return None
+    try:
+        seconds = float(e.headers.get("Retry-After", ""))
+    except (TypeError, ValueError):  # absent, or an HTTP date: fall back to the back-off
+        return None
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 class PodWatcher:
@@ -37,6 +97,7 @@ class PodWatcher:
         self._namespace = namespace
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
+        self.backoff = Backoff()
         self.synced = threading.Event()
         self.thread = threading.Thread(
             target=self._run, name=f"podwatch-{namespace or 'all'}", daemon=True
@@ -63,42 +124,58 @@ class PodWatcher:
         listed: dict[str, Any] = json.loads(resp.data)
         return listed
 
+    def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
+        """The watch's events from `resource_version` on, until the server ends it."""
+        self._watch = watch.Watch()
+        kw: dict[str, Any] = {
+            "label_selector": JOB_LABEL,
+            "resource_version": resource_version,
+            "allow_watch_bookmarks": True,
+            "timeout_seconds": WATCH_TIMEOUT_SECONDS,
+            "_request_timeout": WATCH_REQUEST_TIMEOUT,
+        }
+        yield from self._watch.stream(self._list_fn(kw), **kw)
+
+    def _sleep(self, seconds: float) -> None:
+        self._stop.wait(seconds)
+
     def _run(self) -> None:
         resource_version: str | None = None
         while not self._stop.is_set():
             try:
                 if resource_version is None:
                     listed = self._list()
+                    # Pods missing from the list were deleted while we were not watching:
+                    # replace_all forgets them and names their jobs for a reconcile.
                     for key in self._cache.replace_all(listed.get("items", [])):
                         self._on_change(key)
                     self.synced.set()
                     resource_version = listed["metadata"]["resourceVersion"]
-                # A watch that times out resumes where it stopped; only 410 Gone (history
-                # compacted) or an error costs a full re-list.
+                # A watch the server ends (timeoutSeconds) resumes where it stopped.
                 resource_version = self._stream(resource_version)
-            except ApiException as e:
-                resource_version = None
-                if e.status != 410:
-                    log.warning("pod watch failed: %s; re-listing", e.reason)
-                    self._stop.wait(1)
             except Exception as e:  # noqa: BLE001 - the watcher must outlive any one failure
                 resource_version = None
                 if self._stop.is_set():
                     return  # the connection was closed under us on shutdown
-                log.warning("pod watch broke (%s: %s); re-listing", type(e).__name__, e)
-                self._stop.wait(1)
+                delay = self.backoff.next()
+                gone = isinstance(e, ApiException) and e.status == 410
+                if gone and self.backoff.streak == 1:
+                    delay = 0.0  # routine history compaction: re-list at once, unless it repeats
+                asked = retry_after(e)
+                if asked is not None:
+                    delay = max(delay, asked)
+                log.log(
+                    logging.INFO if gone else logging.WARNING,
+                    "pod watch: %s; re-listing in %.1f s",
+                    _describe(e),
+                    delay,
+                )
+                self._sleep(delay)
 
     def _stream(self, resource_version: str) -> str:
         """Feeds events into the cache until the server ends the watch; returns the last
         resourceVersion seen."""
-        self._watch = watch.Watch()
-        kw: dict[str, Any] = {
-            "label_selector": JOB_LABEL,
-            "resource_version": resource_version,
-            "allow_watch_bookmarks": True,
-            "timeout_seconds": 300,
-        }
-        for event in self._watch.stream(self._list_fn(kw), **kw):
+        for event in self._events(resource_version):
             if self._stop.is_set():
                 break
             kind, obj = event["type"], event["raw_object"]
@@ -112,3 +189,9 @@ class PodWatcher:
             if key is not None:
                 self._on_change(key)
         return resource_version
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ApiException):
+        return f"API error {e.status} {e.reason}"
+    return f"{type(e).__name__}: {e}"

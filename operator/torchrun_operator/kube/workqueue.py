@@ -8,9 +8,23 @@ is re-added while it is being processed runs once more afterwards).
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from collections.abc import Callable, Hashable
+
+# The longest any key waits, whatever delay it was added with. A reconcile re-plans its next
+# wake-up every time it runs, so waking a far-off key early costs one reconcile an hour; an
+# unbounded delay (a spec's activeDeadlineSeconds is an int64) overflows Condition.wait, whose
+# limit is threading.TIMEOUT_MAX, and the OverflowError would kill the worker inside get().
+MAX_DELAY_SECONDS = 3600.0
+
+
+def _bounded(seconds: float) -> float:
+    """A delay in [0, MAX_DELAY_SECONDS]: negative and NaN mean "now", +inf the maximum."""
+    if math.isnan(seconds) or seconds <= 0:
+        return 0.0
+    return min(seconds, MAX_DELAY_SECONDS)
 
 
 class WorkQueue:
@@ -27,6 +41,7 @@ class WorkQueue:
         self._shutdown = False
 
     def add(self, key: Hashable, after: float = 0.0) -> None:
+        after = _bounded(after)
         with self._cond:
             if self._shutdown:
                 return
@@ -66,7 +81,10 @@ class WorkQueue:
         return None
 
     def get(self, timeout: float | None = None) -> Hashable | None:
-        """Blocks until a key is due; None on shutdown or timeout."""
+        """Blocks until a key is due; None on shutdown or timeout. Never raises: workers loop
+        on it, and an exception here would end a worker for good."""
+        if timeout is not None and not timeout > 0:  # negative or NaN: do not block
+            timeout = 0.0
         deadline = None if timeout is None else self._clock() + timeout
         with self._cond:
             while True:
@@ -83,7 +101,9 @@ class WorkQueue:
                     if left <= 0:
                         return None
                     wait = left if wait is None else min(wait, left)
-                self._cond.wait(wait)
+                # Bounded here too (a long get() timeout, a clock that jumps): a wait cut
+                # short only goes round the loop once more.
+                self._cond.wait(None if wait is None else _bounded(wait))
 
     def done(self, key: Hashable) -> None:
         with self._cond:

@@ -1,6 +1,6 @@
 import threading
 
-from torchrun_operator.kube.workqueue import WorkQueue
+from torchrun_operator.kube.workqueue import MAX_DELAY_SECONDS, WorkQueue
 
 
 class FakeClock:
@@ -54,3 +54,60 @@ def test_shutdown_wakes_blocked_workers() -> None:
     q.shutdown()
     t.join(timeout=2)
     assert not t.is_alive() and got == [None]
+
+
+def _get_in_thread(q: WorkQueue) -> tuple[threading.Thread, list[object], list[BaseException]]:
+    got: list[object] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            got.append(q.get())
+        except BaseException as e:  # noqa: BLE001 - the test asserts there is none
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got, errors
+
+
+def test_a_huge_delay_never_raises_in_get() -> None:
+    # activeDeadlineSeconds can be any int64: Condition.wait(1e11) raised OverflowError.
+    q = WorkQueue()
+    q.add("k", after=99999999999.0)
+    t, got, errors = _get_in_thread(q)
+    t.join(timeout=0.3)
+    assert t.is_alive() and not errors  # blocked, not crashed
+    q.shutdown()
+    t.join(timeout=2)
+    assert not t.is_alive() and got == [None] and errors == []
+
+
+def test_delays_are_capped_at_max_delay() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    q.add("far", after=1e30)
+    q.add("inf", after=float("inf"))
+    assert q.get(timeout=0) is None
+    clock.t = MAX_DELAY_SECONDS
+    assert {q.get(timeout=0), q.get(timeout=0)} == {"far", "inf"}
+
+
+def test_negative_and_nan_delays_mean_now() -> None:
+    q = WorkQueue()
+    q.add("neg", after=-5.0)
+    q.add("nan", after=float("nan"))
+    q.add("-inf", after=float("-inf"))
+    assert [q.get(timeout=0) for _ in range(3)] == ["neg", "nan", "-inf"]
+
+
+def test_odd_get_timeouts_never_raise() -> None:
+    q = WorkQueue()
+    assert q.get(timeout=float("nan")) is None
+    assert q.get(timeout=-1.0) is None
+    q.add("k", after=0.05)
+    assert q.get(timeout=float("inf")) == "k"
+    t, got, errors = _get_in_thread(q)  # nothing due: blocks until shutdown
+    q.shutdown()
+    t.join(timeout=2)
+    assert got == [None] and errors == []
