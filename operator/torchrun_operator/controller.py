@@ -36,6 +36,8 @@ Obj = dict[str, Any]
 # How soon a job blocked by an object that is not its own looks again: the object may be a
 # predecessor's child the garbage collector is about to delete.
 BLOCKED_RETRY_SECONDS = 5.0
+# How long stop() waits for reconciles in flight: each API request times out well within it.
+STOP_GRACE_SECONDS = 10.0
 # How often the job cache is checked against a fresh list, to forget jobs deleted while a
 # watch was down. A ghost costs only idle reconciles, so a minute is plenty.
 JOB_RESYNC_SECONDS = 60.0
@@ -162,9 +164,16 @@ class Controller:
         return [t.name for t in threads if not t.is_alive()]
 
     def stop(self) -> None:
+        """Stops taking work and waits (bounded) for reconciles in flight, so that nothing
+        of ours writes after it returns: the lease is released only then."""
+        self.active.clear()
         self.queue.shutdown()
         for w in self._watchers:
             w.stop()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._events.shutdown(wait=False, cancel_futures=True)
         self._stopped.set()
