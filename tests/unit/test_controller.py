@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -260,6 +261,15 @@ class Harness:
         return dict(self.api.job.get("status") or {})
 
 
+def wait_event(h: Harness, reason: str, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ("create", f"Event/{reason}") in h.api.calls:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def start(h: Harness) -> None:
     h.sync()  # children, status, then pods of attempt 0
     assert set(h.api.pods()) == {"job-0", "job-1"}, h.api.pods()
@@ -434,8 +444,7 @@ def test_foreign_launcher_configmap_blocks_the_job() -> None:
     assert h.api.pods() == {}
     blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
     assert blocked["status"] == "True" and name in blocked["message"]
-    h.ctrl._events.shutdown(wait=True)  # events are posted from a side pool
-    assert ("create", "Event/ObjectInTheWay") in h.api.calls
+    assert wait_event(h, "ObjectInTheWay")  # events are posted from a side pool
     assert ("ConfigMap", name) in h.api.objects, "not ours: never deleted"
     del h.api.objects[("ConfigMap", name)]
     h.sync(5)
@@ -525,8 +534,7 @@ def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
     assert words in blocked["message"]
     tries = sum(1 for verb, what in h.api.calls if verb == "create" and what.startswith("Pod/"))
     assert tries == 2, "one try per pod, then back-off"
-    h.ctrl._events.shutdown(wait=True)
-    assert ("create", "Event/PodCreateRefused") in h.api.calls
+    assert wait_event(h, "PodCreateRefused")
     h.api.fail = lambda verb, what: None
     h.ctrl._refused[UID] = {n: (m, 0.0, t) for n, (m, _, t) in h.ctrl._refused[UID].items()}
     h.sync(1)

@@ -166,7 +166,14 @@ def reconcile(
             _resume(ctx)
         if not _deadline_passed(ctx):
             if ctx.status["phase"] in ("Pending", "Restarting"):
+                before = copy.deepcopy(ctx.status)
                 _start_attempt(ctx)
+                if ctx.blocked:
+                    # Nothing starts while something is in the way: the job stays as it was
+                    # (Pending, or Restarting) and the Blocked condition says why.
+                    ctx.status.clear()
+                    ctx.status.update(before)
+                    ctx.events.clear()
             else:
                 _observe(ctx)
         _report_blocked(ctx)

@@ -345,7 +345,11 @@ def test_foreign_pod_with_same_name_blocks_create() -> None:
         }
     )
     plan = reconcile(job, [stale], at(0))
-    assert plan.create == [] and plan.status["ranks"][0]["phase"] == "Creating"
+    # Not ours: never created over, never deleted; the job waits and says why.
+    assert plan.create == [] and plan.delete == []
+    assert plan.status["phase"] == "Pending" and "ranks" not in plan.status
+    blocked = cond(plan.status, "Blocked")
+    assert blocked["status"] == "True" and "job-0" in blocked["message"]
 
 
 def test_elastic_replaces_only_the_lost_pod() -> None:
