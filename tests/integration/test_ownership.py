@@ -128,6 +128,12 @@ def test_recreated_job_does_not_adopt_orphaned_pods(kube: client.ApiClient, name
     for p in job_pods(kube, namespace, name):
         core.delete_namespaced_pod(p.metadata.name, namespace, grace_period_seconds=0)
     core.delete_namespaced_service(name, namespace)
+    # Every orphan is in the way until it goes: the launcher ConfigMap and the policy too.
+    labels = f"{JOB_LABEL}={name}"
+    core.delete_collection_namespaced_config_map(namespace, label_selector=labels)
+    client.NetworkingV1Api(kube).delete_collection_namespaced_network_policy(
+        namespace, label_selector=labels
+    )
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     uid = second["metadata"]["uid"]
