@@ -7,6 +7,7 @@ level-triggered: whatever woke a job up, the job is reconciled from the whole ob
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -18,6 +19,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from torchrun_operator import metrics
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
@@ -311,7 +313,9 @@ class Controller:
         started = time.monotonic()
         uid = job["metadata"]["uid"]
         self._recheck_conflicts(job)
-        self._ensure_children(job)
+        # An invalid spec needs no children: the reconciler fails the job (InvalidSpec).
+        with contextlib.suppress(ValidationError):
+            self._ensure_children(job)
         blocked = sorted(self._conflicts.get(uid, {}).values())
         refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
         plan = reconcile(job, self.pods.pods(key), self._clock(), blocked, refused)

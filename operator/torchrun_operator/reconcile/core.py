@@ -490,10 +490,7 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     # so no report can explain it away, and waiting lets a Pending pod start in the room the
     # failed ones freed, hiding why the rendezvous failed.
     rendezvous_timeout = cause.kind == "rendezvous" and cause.reason == "RendezvousTimeout"
-    # A recorded exception leaves no doubt that the job fails (a user error); waiting could
-    # only change which rank is named, so it is decided at once.
-    certain = cause.kind == "exception" and klass == "user"
-    if seen.alive and reported and not rendezvous_timeout and not certain:
+    if seen.alive and reported and not rendezvous_timeout:
         settle_at = min(reported) + SETTLE_SECONDS
         if ctx.now < settle_at:
             ctx.requeue.append(settle_at - ctx.now)

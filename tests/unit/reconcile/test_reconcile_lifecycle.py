@@ -437,7 +437,8 @@ def test_clean_pod_policy_after_failure(policy: str, deleted: list[str]) -> None
         set_terminated(pods[0], 1, report("Failed", [0, 1], [failure(0, "exception", 9, "E")])),
         set_running(pods[1]),
     ]
-    plan, _, _ = step(job, pods, 20)
+    _, job, pods = step(job, pods, 20)  # seen; the running pod may still report
+    plan, _, _ = step(job, pods, 20 + SETTLE_SECONDS)
     assert plan.status["phase"] == "Failed"
     assert sorted(plan.delete) == deleted
 
