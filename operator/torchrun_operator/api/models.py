@@ -17,6 +17,8 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from . import launchcmd
+
 GPU_RESOURCE = "nvidia.com/gpu"
 
 # Bounds. Besides what each comment gives as its reason, every bound is finite so that CEL
@@ -212,7 +214,10 @@ class Container(_Open):
     command: Annotated[
         list[Annotated[str, Field(max_length=65536)]], Field(min_length=1, max_length=4096)
     ]
-    """The training program, e.g. [python, train.py]; in the trainer torchrun runs it. Required."""
+    """The training program, e.g. [python, train.py]; in the trainer torchrun runs it. Required.
+    A trainer command that starts with torchrun, python -m torch.distributed.run or python -m
+    torch.distributed.launch is unwrapped: the script runs under the operator's torchrun, and
+    flags that set what the spec sets are refused (docs/migrating.md)."""
     args: list[str] | None = None
     """Arguments appended to command."""
     resources: Resources | None = None
@@ -261,10 +266,58 @@ _RESERVED_MOUNT = Rule(
 )
 
 
+# A launcher in the trainer's command (api/launchcmd.py) must not set what the operator owns.
+# The model parses the whole command as torchrun does; CEL cannot (which flags take a value
+# decides where the script starts, and the script's own arguments may reuse the names), so
+# this rule checks only the first few tokens after the launcher while every one before them
+# starts with "-": flags written as --flag=value, the common way. Each token is an index into
+# command + args, so the rule costs the same whatever their length.
+_CEL_LAUNCHER_TOKENS = 4
+_CMD, _ARGS = "self.containers[0].command", "self.containers[0].args"
+
+
+def _cel_token(j: int) -> str:
+    """CEL: token j of the trainer's command + args, '' past their end."""
+    return (
+        f"(size({_CMD}) > {j} ? {_CMD}[{j}] : (has({_ARGS}) && size({_ARGS}) > {j} - "
+        f"size({_CMD}) ? {_ARGS}[{j} - size({_CMD})] : ''))"
+    )
+
+
+def _cel_owned_flag_after(start: int) -> str:
+    owned = "[" + ", ".join(f"'{p}'" for p in launchcmd.OWNED_FLAG_PREFIXES) + "]"
+    terms = []
+    for i in range(_CEL_LAUNCHER_TOKENS):
+        before = [f"{_cel_token(start + j)}.startsWith('-')" for j in range(i)]
+        owned_here = f"{owned}.exists(p, {_cel_token(start + i)}.startsWith(p))"
+        terms.append("(" + " && ".join([*before, owned_here]) + ")")
+    return "(" + " || ".join(terms) + ")"
+
+
+_CEL_PYTHON = (
+    f"({_CMD}[0] in ['python', 'python3'] || {_CMD}[0].endsWith('/python') || "
+    f"{_CMD}[0].endsWith('/python3'))"
+)
+_LAUNCHER_OWNED_FLAGS = Rule(
+    f"size(self.containers) == 0 || size({_CMD}) == 0 || !("
+    f"(({_CMD}[0] == 'torchrun' || {_CMD}[0].endsWith('/torchrun')) && "
+    f"{_cel_owned_flag_after(1)}) || "
+    f"({_CEL_PYTHON} && {_cel_token(1)} == '-m' && "
+    f"{_cel_token(2)} in ['torch.distributed.run', 'torch.distributed.launch'] && "
+    f"{_cel_owned_flag_after(3)}))",
+    "the trainer's command starts with torchrun (or python -m torch.distributed.run or "
+    "launch), which the operator runs itself, and gives it a flag the operator sets: remove "
+    "--nnodes, --rdzv-*, --standalone, --max-restarts, --node-rank, --master-addr, "
+    "--master-port and --local-addr; spec.nodes, spec.elastic, spec.rendezvous and "
+    "spec.torchrun.maxRestarts say these (docs/migrating.md)",
+    ".containers",
+)
+
+
 class PodSpec(_Open):
     """The pods' spec, as in a Pod; the operator adds torchrun to the first container."""
 
-    RULES = (_RESERVED_MOUNT,)
+    RULES = (_RESERVED_MOUNT, _LAUNCHER_OWNED_FLAGS)
 
     containers: Annotated[list[Container], Field(min_length=1, max_length=MAX_CONTAINERS)]
     """The first container is the trainer; torchrun runs in it."""
@@ -322,6 +375,13 @@ class Torchrun(_Wire):
 
     max_restarts: Annotated[int, Field(ge=0, le=MAX_RESTARTS)] = 0
     """torchrun's in-pod worker restarts (--max-restarts), before the pod fails."""
+    local_rank_arg: Literal["--local-rank", "--local_rank"] | None = None
+    """Pass each worker's script its local rank as an argument, --local-rank=<N> (or
+    --local_rank=<N>, as torch before 2.0 spelled it), right after the script, as
+    torch.distributed.launch did: for launch-era scripts whose argparse requires it. Unset: no
+    such argument, unless the trainer's command is python -m torch.distributed.launch without
+    --use-env, which implies --local-rank. Every worker has the LOCAL_RANK environment
+    variable either way, which scripts may read instead. See docs/migrating.md."""
 
 
 class FailurePolicy(_Wire):
@@ -474,6 +534,13 @@ class JobSpec(_Wire):
                 raise ValueError(_ELASTIC_BOUNDS.message)
         if self.nproc_per_node == "gpu" and not trainer_gpu_limit(self):
             raise ValueError(_GPU_PROCS_NEED_LIMIT.message)
+        # A launcher in the trainer's command: its flags must not set what the spec sets.
+        # This is _LAUNCHER_OWNED_FLAGS, and more than CEL can check.
+        gpus = trainer_gpu_limit(self)
+        nproc = self.nproc_per_node if isinstance(self.nproc_per_node, int) else (gpus or 1)
+        problem = launchcmd.check([*self.trainer.command, *(self.trainer.args or [])], nproc, gpus)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
     @property

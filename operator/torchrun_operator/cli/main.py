@@ -1,4 +1,5 @@
-"""kubectl-dtj: list DistributedTrainingJobs, show per-rank status, fetch a rank's logs.
+"""kubectl-dtj: list DistributedTrainingJobs, show per-rank status, fetch a rank's logs;
+convert a Kubeflow PyTorchJob (cli/convert.py).
 
 On PATH as `kubectl-dtj`, kubectl runs it for `kubectl dtj ...`. This module is the thin I/O
 part: argument parsing and API calls; everything it prints comes from `format`.
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
+from torchrun_operator.cli import convert
 from torchrun_operator.cli import format as fmt
 
 
@@ -63,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-c", "--container", help="container (default: the pod's only one)")
     p.add_argument("--tail", type=int, help="lines from the end to show")
+
+    convert.add_parser(sub)
     return parser
 
 
@@ -166,6 +170,8 @@ def run(args: argparse.Namespace, kube: _Kube, now: datetime) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "convert":  # reads a file, talks to no cluster
+        return convert.run(args)
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 

@@ -43,6 +43,7 @@ ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"
 ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
 ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
 ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"
+ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
 
 USAGE = f"""\
 usage: python launcher.py <torchrun flags> -- <command> [args...]
@@ -60,6 +61,8 @@ environment:
   {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
   {ENV_PROGRESS_TIMEOUT}: optional seconds; when the progress file has not changed for this
       long after rendezvous, 'ready' is removed (the pod turns NotReady) and 'stalled' written
+  {ENV_LOCAL_RANK_ARG}: optional --local-rank or --local_rank; each worker's script then gets
+      <that>=<LOCAL_RANK> right after it, as torch.distributed.launch passed it
 """
 
 # States of the summary (docs/pod-contract.md).
@@ -663,6 +666,37 @@ def python_target(cmd: Sequence[str]) -> tuple[str, str, list[str]] | None:
     return ("path", cmd[i], list(cmd[i + 1 :]))
 
 
+def local_rank_arg_index(cmd: Sequence[str]) -> int:
+    """Where torch.distributed.launch put --local-rank: right after the script (or the module
+    of ``python -m``, the code of ``python -c``), before the script's own arguments; right
+    after the program of a command that is not Python."""
+    if not cmd or not _PYTHON_NAME.match(os.path.basename(cmd[0])):
+        return min(1, len(cmd))
+    i = 1
+    while i < len(cmd):
+        tok = cmd[i]
+        if not tok.startswith("-") or tok == "-":
+            return i + 1  # the script (or "-", stdin)
+        if tok.startswith("--"):
+            i += 2 if tok == "--check-hash-based-pycs" else 1
+            continue
+        skip_next = False
+        for j in range(1, len(tok)):  # short options, possibly run together: -u, -um mod
+            if tok[j] in "mc":
+                return i + 1 if j + 1 < len(tok) else min(i + 2, len(cmd))
+            if tok[j] in "WX":
+                skip_next = j + 1 == len(tok)
+                break
+        i += 2 if skip_next else 1
+    return len(cmd)
+
+
+def with_local_rank_arg(cmd: Sequence[str], flag: str, local_rank: str) -> list[str]:
+    """``cmd`` with ``<flag>=<local_rank>`` where torch.distributed.launch put it."""
+    i = local_rank_arg_index(cmd)
+    return [*cmd[:i], f"{flag}={local_rank}", *cmd[i:]]
+
+
 def error_file_payload(e: BaseException, tb: str, now: float) -> dict[str, Any]:
     """torchelastic's error-file JSON, as ``errors.record`` writes it (timestamp: int seconds
     as a string, which torchelastic parses); ``timestampPrecise`` is our addition."""
@@ -703,6 +737,12 @@ def worker_main(cmd: list[str]) -> int:
         log("worker: no command")
         return 2
     _record_worker_state(state_dir())
+    local_rank_arg = os.environ.get(ENV_LOCAL_RANK_ARG, "")
+    if local_rank_arg.startswith("--"):
+        # spec.torchrun.localRankArg: a launch-era script's argparse requires it.
+        cmd = with_local_rank_arg(cmd, local_rank_arg, os.environ.get("LOCAL_RANK", "0"))
+    elif local_rank_arg:
+        log("worker: ignoring invalid local rank argument", value=local_rank_arg)
     target = python_target(cmd)
     if target is None:
         try:

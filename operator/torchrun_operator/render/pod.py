@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ..api import names
+from ..api import launchcmd, names
 from ..api.models import (
     LAUNCHER_DIR,
     RESERVED_VOLUME_PREFIX,
@@ -45,6 +45,7 @@ OWNED_ENV = (
     "TORCHRUN_OPERATOR_NODE_RANK",
     "TORCHRUN_OPERATOR_PROGRESS_FILE",
     "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT",
+    "TORCHRUN_OPERATOR_LOCAL_RANK_ARG",
 )
 
 
@@ -103,11 +104,23 @@ def _trainer(
     job: dict[str, Any], spec: JobSpec, container: dict[str, Any], node_index: int, attempt: int
 ) -> dict[str, Any]:
     program = list(container.get("command") or []) + list(container.get("args") or [])
+    # A launcher in the command (torchrun train.py): rendered as if the user had written the
+    # script alone; the model refused the flags that conflict with the spec.
+    launch = launchcmd.parse(program)
+    if launch is not None:
+        program = list(launch.program)
+    passthrough = launch.passthrough if launch is not None else []
     digest = packaged_launcher_digest()
     container["command"] = ["python", "-c", LAUNCHER_BOOTSTRAP, LAUNCHER_PATH, digest]
-    container["args"] = [*torchrun_args(job, node_index, attempt), "--", *program]
+    container["args"] = [*torchrun_args(job, node_index, attempt), *passthrough, "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
     container["env"] = user_env + _env(spec, node_index)
+    local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
+    if local_rank_arg:
+        # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.
+        container["env"].append(
+            {"name": "TORCHRUN_OPERATOR_LOCAL_RANK_ARG", "value": local_rank_arg}
+        )
     mounts = list(container.get("volumeMounts") or [])
     paths = {m.get("mountPath") for m in mounts}
     if "/dev/shm" not in paths:

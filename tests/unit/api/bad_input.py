@@ -240,6 +240,54 @@ CASES: list[Case] = [
         },
         "/dev/termination-log",
     ),
+    # ---- a launcher in the trainer's command, with a flag the operator owns (docs/migrating.md;
+    # CEL sees the first flags written as --flag=value, the model every flag)
+    Case(
+        "torchrun-nnodes",
+        {f"{TRAINER}.command": ["torchrun", "--nnodes=2", "t.py"]},
+        "a flag the operator sets",
+        why="spec.nodes says it",
+        model_expected="spec.nodes",
+    ),
+    Case(
+        "torchrun-rendezvous-in-args",
+        {
+            f"{TRAINER}.command": ["torchrun"],
+            f"{TRAINER}.args": ["--rdzv-backend=c10d", "--rdzv-endpoint=master:29400", "t.py"],
+        },
+        "a flag the operator sets",
+        why="the operator hosts the rendezvous on pod 0",
+        model_expected="spec.rendezvous",
+    ),
+    Case(
+        "launch-master-port",
+        {
+            f"{TRAINER}.command": [
+                "python",
+                "-m",
+                "torch.distributed.launch",
+                "--nproc_per_node=2",
+                "--master_port=29501",
+                "t.py",
+            ]
+        },
+        "a flag the operator sets",
+        model_expected="--master_port=29501",
+    ),
+    Case(
+        "torchrun-standalone",
+        {f"{TRAINER}.command": ["/opt/conda/bin/torchrun", "--standalone", "t.py"]},
+        "a flag the operator sets",
+        model_expected="spec.nodes: 1",
+    ),
+    Case(
+        "torchrun-max-restarts",
+        {f"{TRAINER}.command": ["torchrun", "--max_restarts=3", "t.py"]},
+        "a flag the operator sets",
+        why="spec.torchrun.maxRestarts says it",
+        model_expected="spec.torchrun.maxRestarts",
+    ),
+    Case("unknown-local-rank-arg", {"spec.torchrun.localRankArg": "--rank"}, "localRankArg"),
     # ---- the job's name
     Case("name-too-long", {"metadata.name": "a" * 62}, "too long"),
     Case("name-not-dns", {"metadata.name": "9lives"}, "DNS-1035"),

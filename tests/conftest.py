@@ -1,0 +1,2 @@
+"""Shared by unit and integration tests: pytest puts this folder on sys.path, so modules here
+(kubeflow_examples) can be imported by tests in either suite."""
