@@ -5,6 +5,14 @@ own network namespace with a veth into the bridge (the process node creates thos
 Nothing here routes to the outside: no NAT, and forwarding of packets that arrive on the
 bridge is switched off, so pods reach the host and each other, never another network.
 
+The host's firewall, when it has one (iptables), gets rules for the bridge (forward_rules):
+with br_netfilter loaded and net.bridge.bridge-nf-call-iptables=1, frames between two ports
+of the bridge pass the FORWARD chain, and Docker sets that chain's policy to DROP when it
+starts, which would cut pods off from each other. The rules accept traffic between the
+bridge's ports and drop what pods would send through the host anywhere else (Docker also
+turns net.ipv4.ip_forward, and with it the bridge's forwarding, back on). They go into FORWARD
+and, when Docker runs, into DOCKER-USER, and are removed with the bridge.
+
 Leftovers are found by what they are, not by trusting a name alone: veths enslaved to our
 bridge, and network namespaces that hold an address inside our /16 or carry our prefix.
 """
@@ -13,13 +21,21 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 BRIDGE_PREFIX = "lk-"
 IFNAMSIZ = 15  # Linux interface names are at most 15 characters
+# Where the bridge's rules go: FORWARD always; DOCKER-USER where Docker made it (Docker jumps
+# there first, and leaves it to the host's administrator).
+FORWARD_CHAINS = ("FORWARD", "DOCKER-USER")
+
+log = logging.getLogger("localkube")
+Runner = Callable[[list[str]], subprocess.CompletedProcess[str]]
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,78 @@ def create_bridge(net: PodNetwork) -> None:
     fwd = Path(f"/proc/sys/net/ipv4/conf/{net.bridge}/forwarding")
     if fwd.exists():
         fwd.write_text("0\n")
+    allow_forwarding(net)
+
+
+def forward_rules(net: PodNetwork) -> list[list[str]]:
+    """The iptables rules (without their chain) for our bridge: accept what goes between two
+    of its ports (pod to pod; bridged frames show the bridge as both interfaces), drop what
+    would leave through another interface. The two never match the same packet, so their
+    order does not matter. The comment names the bridge, for people reading `iptables -S`.
+
+    net.bridge.bridge-nf-call-iptables stays as it is: it is global (a bridge's own
+    nf_call_iptables can only add to it), and Docker's and kube-proxy's bridges need it on."""
+    tag = ["-m", "comment", "--comment", f"localkube {net.bridge}"]
+    return [
+        ["-i", net.bridge, "-o", net.bridge, *tag, "-j", "ACCEPT"],
+        ["-i", net.bridge, "!", "-o", net.bridge, *tag, "-j", "DROP"],
+    ]
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+
+def _iptables(run: Runner, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """iptables, waiting for its lock (other clusters and Docker change rules too); None when
+    there is no iptables."""
+    try:
+        return run(["iptables", "-w", "5", *args])
+    except FileNotFoundError:
+        return None
+
+
+def _chain_exists(run: Runner, chain: str) -> bool:
+    out = _iptables(run, "-S", chain)
+    return out is not None and out.returncode == 0
+
+
+def allow_forwarding(net: PodNetwork, run: Runner = _run) -> list[str]:
+    """Adds forward_rules to each of FORWARD_CHAINS that exists, unless there already.
+    Returns the chains that hold them. Without iptables (or one that cannot list FORWARD)
+    there is no firewall to pass: nothing to do."""
+    if _iptables(run, "--version") is None:
+        log.debug("no iptables: no forwarding rules for %s", net.bridge)
+        return []
+    if not _chain_exists(run, "FORWARD"):
+        log.warning("iptables cannot list FORWARD: no forwarding rules for %s", net.bridge)
+        return []
+    chains = [c for c in FORWARD_CHAINS if c == "FORWARD" or _chain_exists(run, c)]
+    for chain in chains:
+        for rule in forward_rules(net):
+            check = _iptables(run, "-C", chain, *rule)
+            if check is not None and check.returncode == 0:
+                continue
+            out = _iptables(run, "-I", chain, *rule)
+            if out is None or out.returncode != 0:
+                err = out.stderr.strip() if out is not None else "iptables vanished"
+                raise RuntimeError(f"iptables -I {chain} {' '.join(rule)}: {err}")
+    return chains
+
+
+def remove_forwarding(net: PodNetwork, run: Runner = _run) -> list[str]:
+    """Deletes every copy of forward_rules from FORWARD_CHAINS. Returns what it removed."""
+    if _iptables(run, "--version") is None:
+        return []
+    removed = []
+    for chain in FORWARD_CHAINS:
+        for rule in forward_rules(net):
+            for _ in range(16):  # a copy per crashed run at most; never loop forever
+                out = _iptables(run, "-D", chain, *rule)
+                if out is None or out.returncode != 0:
+                    break
+                removed.append(f"iptables {chain} {rule[-1]} {net.bridge}")
+    return removed
 
 
 def bridge_veths(net: PodNetwork) -> list[str]:
@@ -164,6 +252,7 @@ def cleanup(net: PodNetwork) -> list[str]:
             removed.append(f"netns {ns}")
     if destroy_bridge(net):
         removed.append(f"link {net.bridge}")
+    removed += remove_forwarding(net)
     return removed
 
 

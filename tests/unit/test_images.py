@@ -49,7 +49,11 @@ def test_runtime_image_pins_the_tested_torch() -> None:
     args = dict(a.split("=", 1) for word, a in steps if word == "ARG" and "=" in a)
     assert args["TORCH_VERSION"] == pin.group(1)
     froms = [a for word, a in steps if word == "FROM"]
-    assert froms == ["pytorch/pytorch:${TORCH_VERSION}-${CUDA_FLAVOR}-runtime"]
+    # torch is pip-installed in a build stage on our own Debian base (images/base), so the
+    # image runs the very wheel the tests run.
+    assert froms == ["${PYTHON_IMAGE} AS build", "${PYTHON_IMAGE}"]
+    assert any('"torch==${TORCH_VERSION}"' in a for w, a in steps if w == "RUN")
+    assert [a for w, a in steps if w == "USER"][-1].split(":")[0] == "65532"
 
 
 def test_images_make_target_builds_both() -> None:
