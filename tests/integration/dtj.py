@@ -130,22 +130,31 @@ def free_port() -> int:
 class OperatorProcess:
     """The operator as users run it (`torchrun-operator`), as a subprocess we can kill."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, extra: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        log_dir: Path,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        tag: str = "",
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra = extra or []
+        self.env = env or {}
+        self.tag = tag
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_port = 0
         self.runs = 0
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"operator-{self.runs}.log"
+        return self.log_dir / f"operator-{self.tag or self.runs}.log"
 
     def start(self) -> None:
         self.runs += 1
         self.metrics_port = free_port()
-        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig), **self.env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
