@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The end-to-end recipe for a machine with Docker and kind. Our CI builds the images with
-# Docker (tests/integration/test_images.py) but has no kind cluster yet (tests/e2e/README.md).
+# Docker (tests/integration/test_images_docker.py) but has no kind cluster yet (tests/e2e/README.md).
 #
 #   tests/e2e/kind.sh            create a kind cluster, build and load both images, install
 #                                the chart, run the CPU example through the in-cluster
