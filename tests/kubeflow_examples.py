@@ -5,11 +5,10 @@ are never copied into this repository."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from functools import cache
 from pathlib import Path
+
+from localkube import gomod
 
 MODULE = "github.com/kubeflow/training-operator"
 VERSION = "v1.9.3"
@@ -30,15 +29,7 @@ SCRIPTS = {"cpu-demo-demo.py": "cpu-demo/demo.py"}
 
 @cache
 def examples_dir() -> Path:
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-        capture_output=True, text=True, check=False, cwd="/",
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )  # fmt: skip
-    info = json.loads(out.stdout or "{}")
-    if out.returncode != 0 or "Dir" not in info:
-        raise RuntimeError(f"go mod download {MODULE}@{VERSION} failed: {out.stderr}")
-    return Path(info["Dir"]) / "examples" / "pytorch"
+    return gomod.module_dir(MODULE, VERSION) / "examples" / "pytorch"
 
 
 def example(name: str) -> Path:

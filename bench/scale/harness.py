@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from localkube import procs
+from localkube import gomod, procs
 from localkube.controlplane import Cluster
-from localkube.testing import wait_for
+from localkube.testing import create_namespace, wait_for
 
 from . import audit
 from .figures import JobObs, PodObs, job_obs, pod_obs
@@ -176,35 +176,10 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any]) -> None:
 
 def kubeflow_module_dir() -> Path:
     """The training-operator module in the Go module cache (cluster/build.sh put it there)."""
-    out = subprocess.run(
-        ["go", "mod", "download", "-json", f"{KUBEFLOW_MODULE}@{KUBEFLOW_VERSION}"],
-        capture_output=True, text=True, check=False, cwd="/",
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )  # fmt: skip
-    info = json.loads(out.stdout or "{}")
-    if out.returncode != 0 or "Dir" not in info:
-        raise BenchError(f"go mod download {KUBEFLOW_MODULE}@{KUBEFLOW_VERSION}: {out.stderr}")
-    return Path(info["Dir"])
-
-
-def create_namespace(api: client.ApiClient, name: str) -> None:
-    core = client.CoreV1Api(api)
     try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    except ApiException as e:
-        if e.status != 409:
-            raise
-
-    def has_sa() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-            return True
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            return False
-
-    wait(f"default ServiceAccount in {name}", has_sa, 60)
+        return gomod.module_dir(KUBEFLOW_MODULE, KUBEFLOW_VERSION)
+    except RuntimeError as e:
+        raise BenchError(str(e)) from e
 
 
 def clean_namespace(api: client.ApiClient, ns: str, kinds: list[tuple[str, str]]) -> None:

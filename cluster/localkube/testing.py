@@ -93,3 +93,28 @@ def wait_for(what: str, check: Any, timeout: float = 30.0, interval: float = 0.2
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def create_namespace(api: Any, name: str, timeout: float = 60.0) -> None:
+    """Creates the namespace (an existing one is fine) and waits for its default
+    ServiceAccount: pods are refused until ServiceAccount admission finds it."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+
+    def default_sa() -> bool:
+        try:
+            core.read_namespaced_service_account("default", name)
+            return True
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            return False
+
+    wait_for(f"default ServiceAccount in {name}", default_sa, timeout)

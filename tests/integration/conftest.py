@@ -25,11 +25,11 @@ from localkube.components import default_nodes
 from localkube.controlplane import Cluster, node_package_available
 from localkube.testing import (
     ExternalCluster,
+    create_namespace,
     namespace_name,
     pick_base,
     unique_cluster_name,
     use_external_cluster,
-    wait_for,
 )
 from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the operator's tests)
 
@@ -84,19 +84,7 @@ def kube(cluster: Cluster | ExternalCluster) -> Iterator[client.ApiClient]:
 def namespace(kube: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(kube)
     name = namespace_name(request.node.name)
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-
-    def default_sa() -> bool:
-        try:
-            core.read_namespaced_service_account("default", name)
-            return True
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            return False
-
-    # Pods are refused until ServiceAccount admission finds the namespace's default SA.
-    wait_for(f"default ServiceAccount in {name}", default_sa)
+    create_namespace(kube, name)
     yield name
     try:
         core.delete_namespace(name)

@@ -51,6 +51,7 @@ from dtj import (  # noqa: E402
 )
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
+from localkube.testing import create_namespace  # noqa: E402
 from torchrun_operator.api import names  # noqa: E402
 
 FINISHED = ("Succeeded", "Failed")
@@ -279,19 +280,8 @@ class Campaign:
     def namespace(self) -> Iterator[str]:
         self._n += 1
         ns = f"faults-{self._n}-{self.rng.randrange(1 << 20):05x}"
+        create_namespace(self.api, ns)
         core = client.CoreV1Api(self.api)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-
-        def default_sa() -> bool:
-            try:
-                core.read_namespaced_service_account("default", ns)
-                return True
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                return False
-
-        _until(default_sa, 60, "default ServiceAccount")
         try:
             yield ns
         finally:
