@@ -34,6 +34,7 @@ from localkube.testing import (
 from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the operator's tests)
 
 INTEGRATION_DIR = Path(__file__).parent
+DOCKER_TESTS = "test_images_docker.py"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,6 +49,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.integration)
         if item.get_closest_marker("localkube") and use_external_cluster():
             item.add_marker(pytest.mark.skip(reason="needs localkube; running against KUBECONFIG"))
+    # The Docker tests start dockerd beside the session's cluster (and stop it afterwards).
+    # They run last: with dockerd started under a running process node, workers of a pod
+    # with an init container have been seen unable to open the launcher (docs/install.md).
+    docker = [i for i in items if Path(str(i.fspath)).name == DOCKER_TESTS]
+    items[:] = [i for i in items if i not in docker] + docker
 
 
 @pytest.fixture(scope="session")
