@@ -1,7 +1,8 @@
 """The controller: caches fed by watches, a work queue of jobs, and workers that apply plans.
 
 Every decision is made by the pure `reconcile.reconcile`; this module only fetches what it
-needs from the caches, calls it, and carries the plan out against the API. It is
+needs from the caches (and the latest answers of the pods' launcher status endpoints, which
+kube/rankmap.py reads), calls it, and carries the plan out against the API. It is
 level-triggered: whatever woke a job up, the job is reconciled from the whole observed state.
 """
 
@@ -11,6 +12,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -26,9 +28,11 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
 from torchrun_operator.kube.podwatch import PodWatcher
+from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
 from torchrun_operator.reconcile import Plan, children, reconcile
 from torchrun_operator.render.configmap import packaged_launcher
+from torchrun_operator.render.networkpolicy import OperatorPeer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,8 @@ ERROR_RETRY_SECONDS = 2.0
 REFUSED_RETRY_MAX_SECONDS = 300.0
 # Answers to a pod create that a retry alone will not cure, shown on the job.
 REFUSED_CODES = (400, 403, 422)
+# "0" turns the live rank map (reading the launchers' status endpoints) off.
+ENV_LIVE_STATUS = "TORCHRUN_OPERATOR_LIVE_STATUS"
 
 
 def controller_uid(obj: Obj) -> str | None:
@@ -115,12 +121,18 @@ class Controller:
         debounce: float = 0.05,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
         network_policy: bool = True,
+        operator_namespace: str | None = None,
+        live_status: bool | None = None,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.net = client.NetworkingV1Api(api)
         self._network_policy = network_policy  # the default; spec.networkPolicy overrides
+        # The jobs' NetworkPolicies admit the operator's pods (the chart sets POD_NAMESPACE)
+        # to the launchers' status port; outside a cluster there is no pod to admit.
+        ns = operator_namespace or os.environ.get("POD_NAMESPACE")
+        self._operator_peer = OperatorPeer(ns) if ns else None
         self.jobs = JobCache()
         self.pods = PodCache()
         self.queue = WorkQueue()
@@ -141,6 +153,11 @@ class Controller:
         self._launcher = packaged_launcher()
         self._threads: list[threading.Thread] = []
         self._watchers: list[PodWatcher] = []
+        # The live rank map: the launchers' status endpoints, read by their pod IPs. Off with
+        # TORCHRUN_OPERATOR_LIVE_STATUS=0 (then the status learns ranks when pods end).
+        if live_status is None:
+            live_status = os.environ.get(ENV_LIVE_STATUS, "1") != "0"
+        self.rankmap = RankMapReader(self.enqueue) if live_status else None
         self.active = threading.Event()  # set while this replica leads
         self._phases_lock = threading.Lock()
 
@@ -157,10 +174,21 @@ class Controller:
             self._threads.append(t)
         threading.Thread(target=self._phases_loop, name="phases", daemon=True).start()
         threading.Thread(target=self._resync_loop, name="job-resync", daemon=True).start()
+        if self.rankmap is not None:
+            self.rankmap.start()
+        metrics.set_status_source(self._running_jobs)
+
+    def _running_jobs(self) -> list[Obj]:
+        """The jobs the progress metrics are taken from at scrape time (the leader's only)."""
+        if not self.active.is_set():
+            return []
+        return [j for k in self.jobs.keys() if (j := self.jobs.get(k)) is not None]  # noqa: SIM118
 
     def dead_threads(self) -> list[str]:
         """Names of worker and watch threads that died; the liveness probe fails on any."""
         threads = [*self._threads, *(w.thread for w in self._watchers)]
+        if self.rankmap is not None and self.rankmap.thread.ident is not None:
+            threads.append(self.rankmap.thread)
         if self._stopped.is_set():
             return []
         return [t.name for t in threads if not t.is_alive()]
@@ -172,6 +200,8 @@ class Controller:
         self.queue.shutdown()
         for w in self._watchers:
             w.stop()
+        if self.rankmap is not None:
+            self.rankmap.stop()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         for t in self._threads:
             if t is not threading.current_thread():
@@ -265,6 +295,8 @@ class Controller:
         self._children_done.discard(uid)
         self._conflicts.pop(uid, None)
         self._refused.pop(uid, None)
+        if self.rankmap is not None:
+            self.rankmap.forget(key)
         self._publish_phases()
 
     # -- the work loop -----------------------------------------------------------------------
@@ -318,12 +350,18 @@ class Controller:
             self._ensure_children(job)
         blocked = sorted(self._conflicts.get(uid, {}).values())
         refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
-        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked, refused)
+        live = self.rankmap.live(key) if self.rankmap is not None else None
+        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked, refused, live=live)
         try:
             self._apply(job, plan)
         except _Gone:
             self._forget(key, uid)
             return
+        if self.rankmap is not None:
+            # Which pods to read next: the running pods of the attempt the plan recorded.
+            running = plan.status.get("phase") not in ("Succeeded", "Failed", "Suspended")
+            attempt = plan.status.get("attempt")
+            self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
         metrics.observe_reconcile(time.monotonic() - started, error=False)
 
     # -- children: created idempotently, used only when they are this job's ----------------------
@@ -334,7 +372,7 @@ class Controller:
             return
         ns = job["metadata"]["namespace"]
         ok = True
-        for obj in children(job, self._launcher, self._network_policy):
+        for obj in children(job, self._launcher, self._network_policy, self._operator_peer):
             existing = self._create(ns, obj)
             if existing is not None and controller_uid(existing) != uid:
                 self._conflict(job, existing)

@@ -12,7 +12,8 @@ wants isolation (tests) creates its own `Metrics`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +27,8 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from torchrun_operator.api import timefmt
 from torchrun_operator.reconcile import conditions
@@ -43,8 +46,10 @@ __all__ = [
     "observe_reconcile",
     "observe_time_to_rendezvous",
     "observe_time_to_running",
+    "progress_samples",
     "record_status_change",
     "set_jobs_by_phase",
+    "set_status_source",
     "start_metrics_server",
 ]
 
@@ -117,6 +122,8 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.progress = ProgressCollector()
+        r.register(self.progress)
         for phase in PHASES:
             self.jobs.labels(phase=phase).set(0)
         for kind in RESTART_KINDS:
@@ -223,6 +230,110 @@ def status_change(
     )
 
 
+# ---- live progress, from the jobs' statuses at scrape time -------------------------------
+
+# name -> help; every name gets the torchrun_operator_ prefix.
+RANK_METRICS = {
+    "rank_step": "Last training step a pod's script reported (status.ranks[].step).",
+    "rank_steps_per_second": "A pod's steps per second over its launcher's window.",
+    "rank_step_seconds": "A pod's mean seconds per step over its launcher's window.",
+    "rank_last_step_timestamp_seconds": "When a pod's step last changed (unix seconds).",
+    "rank_seconds_since_step": "Seconds since a pod's step last changed, at scrape time.",
+}
+JOB_METRICS = {
+    "job_step": "The lowest last step of a job's pods (status.progress.step).",
+    "job_total_steps": "The step count the job's script declared.",
+    "job_steps_per_second": "The median of a job's pods' steps per second.",
+    "job_eta_timestamp_seconds": "When the job reaches its declared steps at that rate.",
+    "job_straggler": "1 while the job's Straggler condition is True, else 0 (opted-in jobs).",
+}
+RANK_LABELS = ("namespace", "job", "index", "node_rank", "pod")
+JOB_LABELS = ("namespace", "job")
+_RUNNING = ("Starting", "Running")
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _ts(value: object) -> float | None:
+    t = timefmt.parse(value)
+    return t.timestamp() if t else None
+
+
+def progress_samples(
+    jobs: Iterable[Mapping[str, Any]], now: float
+) -> list[tuple[str, tuple[str, ...], float]]:
+    """(metric, label values, value) for the progress metrics of the jobs that run: the
+    per-pod figures of status.ranks, the job's status.progress and its Straggler
+    condition. Finished jobs have none (their series go away)."""
+    out: list[tuple[str, tuple[str, ...], float]] = []
+    for job in jobs:
+        meta, status = job.get("metadata") or {}, job.get("status") or {}
+        if status.get("phase") not in _RUNNING:
+            continue
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        for r in status.get("ranks") or []:
+            if not isinstance(r, Mapping) or r.get("step") is None or "index" not in r:
+                continue
+            node_rank = r.get("nodeRank")
+            labels = (
+                *key,
+                str(r["index"]),
+                "" if node_rank is None else str(node_rank),
+                str(r.get("pod", "")),
+            )
+            last = _ts(r.get("lastStepAt"))
+            for name, value in (
+                ("rank_step", _num(r.get("step"))),
+                ("rank_steps_per_second", _num(r.get("stepsPerSecond"))),
+                ("rank_step_seconds", _num(r.get("stepSeconds"))),
+                ("rank_last_step_timestamp_seconds", last),
+                ("rank_seconds_since_step", None if last is None else max(0.0, now - last)),
+            ):
+                if value is not None:
+                    out.append((name, labels, value))
+        progress = status.get("progress") or {}
+        for name, value in (
+            ("job_step", _num(progress.get("step"))),
+            ("job_total_steps", _num(progress.get("totalSteps"))),
+            ("job_steps_per_second", _num(progress.get("stepsPerSecond"))),
+            ("job_eta_timestamp_seconds", _ts(progress.get("eta"))),
+        ):
+            if value is not None:
+                out.append((name, key, value))
+        straggler = conditions.get(_conditions(status), "Straggler")
+        if straggler is not None:
+            out.append(("job_straggler", key, 1.0 if straggler.get("status") == "True" else 0.0))
+    return out
+
+
+class ProgressCollector(Collector):
+    """Yields the progress metrics from the job statuses a source gives, at scrape time: no
+    series outlives its job, and nothing is computed between scrapes."""
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Iterable[Mapping[str, Any]]] = list
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        for name, labels, value in progress_samples(self.source(), time.time()):
+            families[name].add_metric(list(labels), value)
+        return iter(families.values())
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        out = {}
+        for table, labels in ((RANK_METRICS, RANK_LABELS), (JOB_METRICS, JOB_LABELS)):
+            for name, text in table.items():
+                out[name] = GaugeMetricFamily(f"{NAMESPACE}_{name}", text, labels=list(labels))
+        return out
+
+
 def phase_counts(statuses: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     """Jobs per phase; a job with no status yet counts as Pending."""
     counts: dict[str, int] = {}
@@ -264,6 +375,11 @@ def observe_time_to_rendezvous(seconds: float) -> None:
 
 def record_status_change(change: StatusChange) -> None:
     default.record_status_change(change)
+
+
+def set_status_source(source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+    """Where the progress metrics come from at scrape time: the jobs (the controller's cache)."""
+    default.progress.source = source
 
 
 def start_metrics_server(

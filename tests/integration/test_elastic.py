@@ -77,7 +77,7 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
     assert status["phase"] == "Succeeded", status
     assert status["attempt"] == 0, status
     [record] = status["restarts"]
-    assert record["kind"] == "replacement" and record["nodeRank"] == 2, record
+    assert record["kind"] == "replacement" and record["index"] == 2, record
     assert record["reason"] == "PodDeleted", record
     assert status["counters"]["restarts"] == 1, status["counters"]
     pods = [r["pod"] for r in status["ranks"]]

@@ -50,7 +50,7 @@ def sleeper(name: str, nodes: int, **spec: Any) -> list[dict[str, Any]]:
     return [cm, job]
 
 
-def test_rendezvous_that_never_completes_names_the_node_rank_that_never_started(
+def test_rendezvous_that_never_completes_names_the_pod_that_never_started(
     kube: client.ApiClient, namespace: str
 ) -> None:
     docs = sleeper("never-meets", 3, rendezvous={"joinTimeoutSeconds": 20})
@@ -62,16 +62,16 @@ def test_rendezvous_that_never_completes_names_the_node_rank_that_never_started(
     done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=150)
     status = done["status"]
     assert status["phase"] == "Failed", status
-    pending = [r["nodeRank"] for r in status["ranks"] if r["phase"] == "Pending"]
+    pending = [r["index"] for r in status["ranks"] if r["phase"] == "Pending"]
     assert len(pending) == 1, status["ranks"]
     (missing,) = pending
     failure = status["failure"]
     assert failure["reason"] == "RendezvousTimeout"
-    assert (failure["nodeRank"], failure["pod"]) == (missing, f"never-meets-{missing}"), failure
+    assert (failure["index"], failure["pod"]) == (missing, f"never-meets-{missing}"), failure
     message = failure["message"]
     # "(Pending: Unschedulable, 0/2 nodes are available ...)", unless the scheduler bound the
     # pod in the room the timed-out pods freed just before the operator looked.
-    assert f"node rank {missing} (pod never-meets-{missing}) never started (Pending" in message
+    assert f"pod never-meets-{missing} (index {missing}) never started (Pending" in message
     # Either the others' launchers reported their join timeout, or (when the missing pod is
     # pod 0, whose DNS name they wait for) the operator's own timer fired.
     assert "joinTimeoutSeconds (20s)" in message, message
@@ -98,7 +98,7 @@ def test_rendezvous_hung_with_every_launcher_stuck_fails_on_the_operators_timer(
     message = failure["message"]
     assert "joinTimeoutSeconds (10s)" in message and "no launcher reported" in message
     for i in (0, 1):
-        assert f"node rank {i} (pod stuck-{i}) is Running but never joined" in message
+        assert f"pod stuck-{i} (index {i}) is Running but never joined" in message
     assert all(r["phase"] == "Running" and not r["ready"] for r in status["ranks"])
 
 
@@ -137,10 +137,14 @@ def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
     logs = Path(cluster.layout.node_state) / "logs" / namespace
     text = {i: (logs / f"progress-{i}" / "trainer.log").read_text() for i in (0, 1)}
     stalled = [i for i in (0, 1) if "rank 1: hanging after step 3" in text[i]]
-    assert stalled == [failure["nodeRank"]], {i: t[-2000:] for i, t in text.items()}
-    assert failure["pod"] == f"progress-{failure['nodeRank']}"
-    assert "progress stalled" in text[failure["nodeRank"]]
-    assert "ranks=1" in text[failure["nodeRank"]]
-    assert f"node rank {failure['nodeRank']} reported no training progress" in failure["message"]
-    other = 1 - failure["nodeRank"]
-    assert f"node rank {other}" not in failure["message"]
+    index = failure["index"]
+    assert stalled == [index], {i: t[-2000:] for i, t in text.items()}
+    assert failure["pod"] == f"progress-{index}"
+    assert "progress stalled" in text[index]
+    assert "ranks=1" in text[index]
+    assert f"pod progress-{index} reported no training progress" in failure["message"]
+    # The launcher had the quiet pod's worker dump its stacks: rank 1 hangs outside any
+    # collective, at the script's sleep.
+    assert failure["rank"] == 1 and "train_progress.py:" in failure["location"], failure
+    assert "stacks of a stalled rank" in text[index]
+    assert f"progress-{1 - index}" not in failure["message"]

@@ -124,9 +124,11 @@ def test_logs_of_rank_3_come_from_the_pod_that_holds_it(
     # localkube's process node serves no kubelet API, so the API server cannot fetch logs:
     # the plugin says so, naming the pod and node that hold rank 3 ...
     assert proc.returncode == 1 and not proc.stdout
-    assert f"pod {holder['pod']} (node rank {holder['nodeRank']}, node {holder['node']})" in (
-        proc.stderr
-    ), proc.stderr
+    where = (
+        f"pod {holder['pod']} (index {holder['index']}, node rank {holder['nodeRank']}, "
+        f"node {holder['node']})"
+    )
+    assert where in proc.stderr, proc.stderr
     assert "kubelet" in proc.stderr
     # ... and that is the pod whose log (kept by the node as a file) has rank 3's error.
     trainer = failed_job["spec"]["template"]["spec"]["containers"][0]["name"]

@@ -163,6 +163,7 @@ def test_single_node_success(tmp_path: Path, worker: list[str]) -> None:
         "ranks": [0, 1],
         "restarts": 0,
         "failures": [],
+        "round": 0,  # the rendezvous round groupRank and ranks come from
     }
     assert (node.state_dir / "ready").exists()
     ranks = [json.loads((node.state_dir / f"rank-{i}.json").read_text()) for i in (0, 1)]

@@ -21,7 +21,7 @@ print(f"rank {rank} on {socket.gethostname()}: {mode} {sys.argv[2:]}", flush=Tru
 if mode == "sleep":
     time.sleep(float(sys.argv[2]))
 elif mode == "fail-pod-1":
-    # The pod of node rank 1 (hostname <job>-1) raises; the other keeps running.
+    # The pod of index 1 (hostname <job>-1) raises; the other keeps running.
     if socket.gethostname().endswith("-1"):
         raise RuntimeError("node rank 1 fails on purpose")
     time.sleep(3600)
@@ -184,7 +184,7 @@ def test_clean_pod_policy_leaves_the_right_pods(kube: client.ApiClient, namespac
     }
     for name in ("keep-failed", "keep-all", "delete"):
         assert final[name]["phase"] == "Failed", final[name]
-        assert final[name]["failure"]["nodeRank"] == 1, final[name]["failure"]
+        assert final[name]["failure"]["index"] == 1, final[name]["failure"]
     assert final["keep-all-ok"]["phase"] == "Succeeded", final["keep-all-ok"]
 
     # The plan deletes pods before it writes the finished status: what is still live now

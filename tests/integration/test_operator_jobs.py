@@ -52,7 +52,9 @@ def test_cpu_example_succeeds_with_per_rank_status_and_owned_children(
     assert status["phase"] == "Succeeded", status
     assert status["worldSize"] == 4
     ranks = status["ranks"]
-    assert [r["nodeRank"] for r in ranks] == [0, 1]
+    # One entry per pod index; torchrun's node ranks are c10d's (by address), in any order.
+    assert [r["index"] for r in ranks] == [0, 1]
+    assert sorted(r["nodeRank"] for r in ranks) == [0, 1]
     assert sorted(r["globalRanks"] for r in ranks) == ["0-1", "2-3"]
     core = client.CoreV1Api(kube)
     for r in ranks:
@@ -98,7 +100,7 @@ def test_root_cause_names_the_rank_that_raised(kube: client.ApiClient, namespace
         r for r in status["ranks"] if r.get("globalRanks") and 3 in _rank_set(r["globalRanks"])
     )
     assert failure["pod"] == holder["pod"] and failure["node"] == holder["node"]
-    assert failure["nodeRank"] == holder["nodeRank"]
+    assert failure["index"] == holder["index"] and failure["nodeRank"] == holder["nodeRank"]
     assert status.get("attempt", 0) == 0  # a user error is not retried
 
 
@@ -184,7 +186,8 @@ def test_pods_carry_the_labels_and_contract(kube: client.ApiClient, namespace: s
         labels = pod.metadata.labels
         assert labels[JOB_LABEL] == "contract"
         assert labels["torchrun.dev/attempt"] == "0"
-        i = labels["torchrun.dev/node-rank"]
+        i = labels["torchrun.dev/index"]
+        assert labels["torchrun.dev/node-rank"] == i  # the index's deprecated name
         assert pod.spec.hostname == f"contract-{i}" and pod.spec.subdomain == "contract"
         shm = [v for v in pod.spec.volumes if v.empty_dir and v.empty_dir.medium == "Memory"]
         assert shm, "no memory-backed /dev/shm"

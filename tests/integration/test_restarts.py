@@ -288,7 +288,7 @@ def assert_one_restart_and_resumed(
     name: str,
     reference: str,
     *,
-    node_rank: int,
+    index: int,
     rank: int | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:
@@ -300,7 +300,7 @@ def assert_one_restart_and_resumed(
     assert status["counters"]["userFailures"] == 0, status["counters"]
     [record] = status["restarts"]
     assert record["attempt"] == 1 and record["kind"] == "infrastructure", record
-    assert record["nodeRank"] == node_rank, record
+    assert record["index"] == index, record
     if rank is not None:
         assert record["rank"] == rank, record
     if reason is not None:
@@ -323,7 +323,7 @@ def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     [(rank, pid)] = workers.items()
     os.kill(pid, signal.SIGKILL)
     status = assert_one_restart_and_resumed(
-        cluster, kube, namespace, name, reference_checksum, node_rank=1, rank=rank, reason="Signal"
+        cluster, kube, namespace, name, reference_checksum, index=1, rank=rank, reason="Signal"
     )
     assert status["failure"]["rank"] == rank and status["failure"]["kind"] == "signal", status
 
@@ -337,7 +337,7 @@ def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
     pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
     client.CoreV1Api(kube).delete_namespaced_pod(pod.metadata.name, namespace)
     assert_one_restart_and_resumed(
-        cluster, kube, namespace, name, reference_checksum, node_rank=1, reason="PodDeleted"
+        cluster, kube, namespace, name, reference_checksum, index=1, reason="PodDeleted"
     )
 
 
@@ -373,7 +373,7 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     pause.touch()
     try:
         status = assert_one_restart_and_resumed(
-            cluster, kube, namespace, name, reference_checksum, node_rank=1
+            cluster, kube, namespace, name, reference_checksum, index=1
         )
         # The new gang ran on the node that still answered.
         assert {r["node"] for r in status["ranks"]} == {other}, status["ranks"]

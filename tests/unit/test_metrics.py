@@ -120,3 +120,65 @@ def test_metrics_server_serves_the_registry_over_http() -> None:
         s for s in families["torchrun_operator_jobs"].samples if s.labels == {"phase": "Running"}
     ]
     assert running[0].value == 7
+
+
+# ---- live progress, at scrape time from the jobs' statuses ---------------------------------
+
+
+def progress_job(phase: str = "Running") -> dict:
+    return {
+        "metadata": {"namespace": "ml", "name": "bert"},
+        "status": {
+            "phase": phase,
+            "ranks": [
+                {
+                    "index": 0,
+                    "pod": "bert-0",
+                    "nodeRank": 1,
+                    "step": 120,
+                    "stepsPerSecond": 2.5,
+                    "stepSeconds": 0.4,
+                    "lastStepAt": "2026-11-26T12:00:00Z",
+                },
+                {"index": 1, "pod": "bert-1", "phase": "Pending"},  # no step: no series
+                {"nodeRank": 0, "pod": "old-format", "step": 3},  # no index: skipped
+            ],
+            "progress": {"step": 118, "totalSteps": 1000, "stepsPerSecond": 2.5},
+            "conditions": [{"type": "Straggler", "status": "True"}],
+        },
+    }
+
+
+def test_progress_samples_per_pod_and_per_job() -> None:
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 11, 26, 12, 0, 7, tzinfo=UTC).timestamp()
+    samples = {(n, labels): v for n, labels, v in metrics.progress_samples([progress_job()], now)}
+    pod = ("ml", "bert", "0", "1", "bert-0")
+    assert samples[("rank_step", pod)] == 120
+    assert samples[("rank_steps_per_second", pod)] == 2.5
+    assert samples[("rank_step_seconds", pod)] == 0.4
+    assert samples[("rank_seconds_since_step", pod)] == 7
+    assert samples[("job_step", ("ml", "bert"))] == 118
+    assert samples[("job_total_steps", ("ml", "bert"))] == 1000
+    assert samples[("job_straggler", ("ml", "bert"))] == 1
+    assert not [k for k in samples if k[1][-1:] in (("bert-1",), ("old-format",))]
+    assert metrics.progress_samples([progress_job("Succeeded")], now) == []
+
+
+def test_progress_metrics_are_scraped_from_the_source() -> None:
+    m = Metrics()
+    m.progress.source = lambda: [progress_job()]
+    value = sample(
+        m,
+        "torchrun_operator_rank_step",
+        namespace="ml",
+        job="bert",
+        index="0",
+        node_rank="1",
+        pod="bert-0",
+    )
+    assert value == 120
+    assert sample(m, "torchrun_operator_job_straggler", namespace="ml", job="bert") == 1
+    m.progress.source = list
+    assert sample(m, "torchrun_operator_job_step", namespace="ml", job="bert") is None

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from . import launchcmd
+from .names import STATUS_PORT
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -359,15 +360,31 @@ class Elastic(_Wire):
     """Most pods; unset: nodes. Set it to change nodes without suspending the job."""
 
 
+_STATUS_PORT_RESERVED = Rule(
+    f"!has(self.port) || self.port != {STATUS_PORT}",
+    f"rendezvous.port {STATUS_PORT} is the launcher's status port in every training pod "
+    "(docs/pod-contract.md); choose another",
+    ".port",
+)
+
+
 class Rendezvous(_Wire):
     """torchrun's c10d rendezvous, hosted by pod 0."""
 
+    RULES = (_STATUS_PORT_RESERVED,)
+
     port: Annotated[int, Field(ge=1, le=65535)] = 29400
-    """The c10d store's TCP port on pod 0."""
+    """The c10d store's TCP port on pod 0 (not 29401, the launcher's status port)."""
     join_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 600
     """How long a pod waits for the others to join (torchrun's join_timeout)."""
     dns_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 300
     """How long a pod waits for pod 0's host name to resolve before starting torchrun."""
+
+    @model_validator(mode="after")
+    def _check_port(self) -> Rendezvous:
+        if self.port == STATUS_PORT:
+            raise ValueError(_STATUS_PORT_RESERVED.message)
+        return self
 
 
 class Torchrun(_Wire):
@@ -398,6 +415,12 @@ class FailurePolicy(_Wire):
     ] = Field(default_factory=list)
     """Exit codes of the training program that count as infrastructure failures (restarted);
     any other failure of the program fails the job."""
+    crash_loop_detection: bool = True
+    """Fail the job (reason CrashLoopNoProgress) instead of restarting it when an attempt fails
+    with the same root cause as the attempt before it (exception type and message with numbers
+    and addresses masked, whatever the rank) without getting past that attempt's last step
+    ($TORCHRUN_OPERATOR_PROGRESS_FILE, docs/progress.md). Restarts that made progress go on
+    as before."""
 
 
 class RunPolicy(_Wire):
@@ -420,8 +443,28 @@ class RunPolicy(_Wire):
     within failurePolicy.maxRestarts). See docs/progress.md."""
 
 
+class Straggler(_Wire):
+    """Thresholds of the Straggler condition (docs/progress.md)."""
+
+    factor: Annotated[float, Field(ge=1.1, le=100)] = 2.0
+    """A pod is a straggler while its mean step time over the window exceeds this many times
+    the median of the job's pods."""
+    window_seconds: Annotated[int, Field(ge=5, le=MAX_TIMEOUT_SECONDS)] = 60
+    """The window the launcher averages each pod's step time over; a pod is judged only once
+    it has reported steps for this long."""
+
+
+class Monitoring(_Wire):
+    """Opt-in judgements on the live progress the launchers report (docs/progress.md)."""
+
+    straggler: Straggler | None = None
+    """Set (e.g. {}) to get a Straggler condition naming the pods, node ranks and global ranks
+    whose step time stays above factor times the median. Unset: no such condition."""
+
+
 class NetworkPolicy(_Wire):
-    """The per-job NetworkPolicy that admits the rendezvous port only from the job's own pods."""
+    """The per-job NetworkPolicy that admits the job's pods only from the job's own pods (and
+    the launcher's status port from the operator)."""
 
     enabled: bool | None = None
     """Render a NetworkPolicy for this job. Unset: the operator's default (--network-policy, on
@@ -525,6 +568,8 @@ class JobSpec(_Wire):
     """Deadline, suspension, clean-up and hang detection."""
     network_policy: NetworkPolicy = NetworkPolicy()
     """The job's NetworkPolicy."""
+    monitoring: Monitoring = Monitoring()
+    """Conditions derived from live training progress (Straggler)."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -580,7 +625,8 @@ class Condition(_Wire):
     """A condition with Kubernetes semantics: lastTransitionTime moves only when status flips."""
 
     type: str
-    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Succeeded or Failed."""
+    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler, Succeeded
+    or Failed."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str | None = None
@@ -611,16 +657,25 @@ class NodeCounts(_Wire):
 
 
 class RankStatus(_Wire):
-    """One node rank (pod index). Null fields are left out to keep the status small."""
+    """One pod of the current attempt, by its index. Null fields are left out to keep the
+    status small."""
 
-    node_rank: int
-    """The pod's index (node rank) in the job."""
+    index: int
+    """The pod's index in the job, 0..nodes-1: its hostname is <job>-<index> and its label
+    torchrun.dev/index. Fixed when the pod is created; not torchrun's node rank."""
     pod: str | None = None
     """The pod's name."""
     node: str | None = None
     """The Kubernetes node the pod runs on."""
+    node_rank: int | None = None
+    """torchrun's node rank (GROUP_RANK) of the pod in its latest rendezvous round, as its
+    launcher reports it: live while the pod runs, then in its final report. c10d orders nodes
+    by address, so it need not equal index."""
     global_ranks: str | None = None
     """The pod's global ranks, compact, e.g. "0-7"; reported by the launcher."""
+    round: int | None = None
+    """The c10d rendezvous round nodeRank and globalRanks come from (0 first; torchrun's in-pod
+    restarts and elastic membership changes start new rounds)."""
     phase: str | None = None
     """The pod's phase; Creating before it exists, Terminating while it is deleted."""
     ready: bool | None = None
@@ -641,6 +696,15 @@ class RankStatus(_Wire):
     """When the operator first saw this pod fail, by its own clock. Times the pod's node
     reports are clamped to a few seconds before this, so a node clock that is off cannot
     change the root cause or when the failure is handled."""
+    step: int | None = None
+    """The last training step the pod's script wrote to $TORCHRUN_OPERATOR_PROGRESS_FILE."""
+    steps_per_second: float | None = None
+    """Steps per second over the launcher's window (docs/progress.md)."""
+    step_seconds: float | None = None
+    """Mean seconds per step over the window: the script's own stepTime when it reports one,
+    else the time between steps. The Straggler condition compares it across pods."""
+    last_step_at: str | None = None
+    """When the step last changed (RFC 3339, the pod's clock)."""
 
 
 class Failure(_Wire):
@@ -648,8 +712,10 @@ class Failure(_Wire):
 
     rank: int | None = None
     """The global rank that failed first, if known."""
+    index: int | None = None
+    """The index of the pod it ran in (status.ranks[].index)."""
     node_rank: int | None = None
-    """The node rank (pod index) it ran on."""
+    """torchrun's node rank of that pod, if known."""
     pod: str | None = None
     """That pod's name."""
     node: str | None = None
@@ -664,6 +730,11 @@ class Failure(_Wire):
     """The error, truncated (e.g. the exception and its message)."""
     at: str | None = None
     """When it happened (RFC 3339)."""
+    step: int | None = None
+    """The last step the attempt reached (the highest any pod reported), if reported."""
+    location: str | None = None
+    """For a hang: where the rank that is not inside a collective is (file:line in function,
+    its innermost frame); the full stacks are in the pod's log."""
 
 
 class RestartRecord(_Wire):
@@ -677,11 +748,31 @@ class RestartRecord(_Wire):
     """Why, in one word."""
     rank: int | None = None
     """The global rank whose failure caused it, if known."""
+    index: int | None = None
+    """The index of the pod that failed, if any."""
     node_rank: int | None = None
-    """The node rank (pod index) that failed, if any."""
+    """torchrun's node rank of the pod that failed, if known."""
     kind: Literal["user", "infrastructure", "suspend", "replacement"] | None = None
     """What caused it: the program (user), the pods or nodes (infrastructure), a resume
     (suspend), or an elastic pod replacement."""
+    step: int | None = None
+    """The last step the failed attempt reached (the highest any pod reported), if reported."""
+    signature: str | None = None
+    """The failure's root cause with rank, numbers and addresses masked: two attempts that
+    failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
+
+
+class JobProgress(_Wire):
+    """The job's training progress, from its pods' progress files (docs/progress.md)."""
+
+    step: int
+    """The lowest last step of the pods that report one: every pod got at least this far."""
+    total_steps: int | None = None
+    """The step count the script declared (a second number in the progress file)."""
+    steps_per_second: float | None = None
+    """The median of the pods' steps per second."""
+    eta: str | None = None
+    """When training reaches totalSteps at that rate (RFC 3339)."""
 
 
 class Counters(_Wire):
@@ -711,7 +802,9 @@ class JobStatus(_Wire):
     nodes: NodeCounts | None = None
     """The current attempt's pods, counted."""
     ranks: list[RankStatus] | None = None
-    """One entry per node rank of the current attempt."""
+    """One entry per pod (index) of the current attempt."""
+    progress: JobProgress | None = None
+    """Training progress of the current attempt, when the pods report it."""
     failure: Failure | None = None
     """The root cause of the latest failure."""
     restarts: list[RestartRecord] | None = None

@@ -13,8 +13,18 @@ SINGULAR = "distributedtrainingjob"
 SHORT_NAMES = ["dtj", "dtjs"]
 
 LABEL_JOB_NAME = f"{GROUP}/job-name"
+# The pod's index (0..nodes-1, its hostname <job>-<index>), which is not torchrun's node rank.
+LABEL_INDEX = f"{GROUP}/index"
+# Deprecated: the pod's index under its old, misleading name, still set on every pod (and read
+# from pods of earlier operator versions) so that selectors written against it keep working.
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+
+# The launcher's read-only status endpoint in every training pod (docs/pod-contract.md): GET
+# /status on the pod IP at this port. rendezvous.port may not take it.
+STATUS_PORT = 29401
+STATUS_PORT_NAME = "torchrun-status"
+STATUS_PATH = "/status"
 
 # Kubernetes limits: DNS-1123/1035 labels (hostnames, Service names) are at most 63 characters.
 MAX_LABEL_LENGTH = 63
@@ -40,7 +50,8 @@ def launcher_configmap_name(job_name: str, digest: str) -> str:
 
 
 def hostname(job_name: str, node_index: int) -> str:
-    """Stable per node index across attempts, so `<job>-<i>.<job>` always names node rank i."""
+    """Stable per index across attempts, so `<job>-<i>.<job>` always names the pod of index i
+    (not torchrun's node rank i: c10d assigns those)."""
     return f"{job_name}-{node_index}"
 
 
@@ -50,7 +61,7 @@ def rendezvous_host(job_name: str) -> str:
 
 
 def pod_name(job_name: str, node_index: int, attempt: int, replacement: int = 0) -> str:
-    """Pod name for node `node_index` of gang attempt `attempt`.
+    """Pod name for index `node_index` of gang attempt `attempt`.
 
     Attempt 0 uses the hostname itself (`<job>-<i>`), the common case reads naturally. Later
     attempts and elastic replacements get a suffix (`-a<attempt>`, `r<k>`) so a new pod never

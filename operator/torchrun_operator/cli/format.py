@@ -20,6 +20,8 @@ from torchrun_operator.api.ranks import parse_ranks
 
 __all__ = [
     "FormatError",
+    "entry_index",
+    "entry_node_rank",
     "find_rank_entry",
     "format_age",
     "format_failure",
@@ -150,11 +152,43 @@ def _exit(entry: Obj) -> object:
     return "-" if code is None else code
 
 
+def entry_index(entry: Obj) -> Any:
+    """A status.ranks entry's pod index. Operators before the index had its own field wrote
+    it as `nodeRank`."""
+    return entry["index"] if "index" in entry else entry.get("nodeRank")
+
+
+def entry_node_rank(entry: Obj) -> Any:
+    """torchrun's node rank of the entry's pod (only entries that have an `index` carry it)."""
+    return entry.get("nodeRank") if "index" in entry else None
+
+
+def _ago(value: object, now: datetime) -> str | None:
+    t = timefmt.parse(value)
+    return None if t is None else human_duration(int((now - t).total_seconds()))
+
+
+def _progress_line(progress: Obj, now: datetime) -> str | None:
+    step = progress.get("step")
+    if step is None:
+        return None
+    total = progress.get("totalSteps")
+    text = f"step {step}" + (f"/{total}" if total is not None else "")
+    if progress.get("stepsPerSecond") is not None:
+        text += f", {progress['stepsPerSecond']} steps/s"
+    eta = timefmt.parse(progress.get("eta"))
+    if eta is not None:
+        left = int((eta - now).total_seconds())
+        text += f", ETA {progress['eta']}" + (f" (in {human_duration(left)})" if left > 0 else "")
+    return text
+
+
 def format_failure(failure: Obj) -> str:
     """The root cause in full: no truncation, the message keeps its own line breaks."""
     where = []
     for key, label in (
         ("rank", "rank"),
+        ("index", "index"),
         ("nodeRank", "node rank"),
         ("pod", "pod"),
         ("node", "node"),
@@ -162,6 +196,8 @@ def format_failure(failure: Obj) -> str:
         ("kind", "kind"),
         ("reason", "reason"),
         ("at", "at"),
+        ("step", "step"),
+        ("location", "location"),
     ):
         if failure.get(key) is not None:
             where.append(f"  {label}: {failure[key]}")
@@ -194,6 +230,10 @@ def format_job_status(job: Obj, now: datetime) -> str:
         summary.append(("Completed", status["completionTime"]))
         if start is not None:
             summary.append(("Duration", _duration(end - start)))
+    progress = status.get("progress")
+    line = _progress_line(progress, now) if isinstance(progress, Mapping) else None
+    if line:
+        summary.append(("Progress", line))
     width = max(len(k) for k, _ in summary) + 1
     out = [f"{(k + ':').ljust(width)} {_cell(v)}" for k, v in summary]
 
@@ -207,35 +247,46 @@ def format_job_status(job: Obj, now: datetime) -> str:
             "",
             "Restarts:",
             render_table(
-                ["ATTEMPT", "AT", "KIND", "RANK", "REASON"],
+                ["ATTEMPT", "AT", "KIND", "RANK", "INDEX", "STEP", "REASON"],
                 [
-                    [r.get("attempt"), r.get("at"), r.get("kind"), r.get("rank"), r.get("reason")]
+                    [
+                        r.get("attempt"),
+                        r.get("at"),
+                        r.get("kind"),
+                        r.get("rank"),
+                        entry_index(r),
+                        r.get("step"),
+                        r.get("reason"),
+                    ]
                     for r in restarts
                 ],
             ),
         ]
 
-    ranks = sorted(status.get("ranks") or [], key=lambda r: r.get("nodeRank", 0))
+    ranks = sorted(status.get("ranks") or [], key=lambda r: entry_index(r) or 0)
     if ranks:
+        # Step columns only when the script reports its progress (docs/progress.md).
+        steps = any(r.get("step") is not None for r in ranks)
+        header = ["INDEX", "POD", "NODE", "NODE-RANK", "GLOBAL-RANKS", "PHASE"]
+        header += ["STEP", "STEPS/S", "LAST-STEP"] if steps else []
+        header += ["RESTARTS", "EXIT", "REASON"]
+        rows = []
+        for r in ranks:
+            row = [
+                entry_index(r),
+                r.get("pod"),
+                r.get("node"),
+                entry_node_rank(r),
+                r.get("globalRanks"),
+                r.get("phase"),
+            ]
+            if steps:
+                ago = _ago(r.get("lastStepAt"), now)
+                row += [r.get("step"), r.get("stepsPerSecond"), f"{ago} ago" if ago else None]
+            row += [r.get("restarts", 0), _exit(r), r.get("reason")]
+            rows.append(row)
         out.append("")
-        out.append(
-            render_table(
-                ["NODE-RANK", "POD", "NODE", "GLOBAL-RANKS", "PHASE", "RESTARTS", "EXIT", "REASON"],
-                [
-                    [
-                        r.get("nodeRank"),
-                        r.get("pod"),
-                        r.get("node"),
-                        r.get("globalRanks"),
-                        r.get("phase"),
-                        r.get("restarts", 0),
-                        _exit(r),
-                        r.get("reason"),
-                    ]
-                    for r in ranks
-                ],
-            )
-        )
+        out.append(render_table(header, rows))
     failure = status.get("failure")
     if isinstance(failure, Mapping) and failure:
         out += ["", format_failure(failure)]
@@ -258,22 +309,36 @@ def parse_rank_ranges(text: str) -> set[int]:
         raise FormatError(f"bad globalRanks {text!r}") from e
 
 
-def find_rank_entry(job: Obj, rank: int | None = None, node_rank: int | None = None) -> Obj:
-    """The status.ranks entry holding global `rank`, or node rank `node_rank`.
+def find_rank_entry(
+    job: Obj, rank: int | None = None, node_rank: int | None = None, index: int | None = None
+) -> Obj:
+    """The status.ranks entry holding global `rank`, or torchrun's node rank `node_rank`, or
+    the pod of index `index`.
 
     Raises FormatError with a message that says what is known, e.g. before rendezvous
-    (globalRanks still unset) or for a rank beyond the world size.
+    (globalRanks and nodeRank still unset) or for a rank beyond the world size.
     """
-    if (rank is None) == (node_rank is None):
-        raise FormatError("give exactly one of --rank or --node-rank")
+    if sum(x is not None for x in (rank, node_rank, index)) != 1:
+        raise FormatError("give exactly one of --rank, --node-rank or --index")
     name = _meta(job).get("name", "?")
     entries = list(_status(job).get("ranks") or [])
+    if index is not None:
+        for entry in entries:
+            if entry_index(entry) == index:
+                return entry
+        known = sorted(i for e in entries if (i := entry_index(e)) is not None)
+        raise FormatError(f"job {name} has no pod index {index} (indexes: {known or NONE})")
     if node_rank is not None:
         for entry in entries:
-            if entry.get("nodeRank") == node_rank:
+            if entry_node_rank(entry) == node_rank:
                 return entry
-        known = sorted(e.get("nodeRank") for e in entries if e.get("nodeRank") is not None)
-        raise FormatError(f"job {name} has no node rank {node_rank} (node ranks: {known or NONE})")
+        known = sorted(n for e in entries if (n := entry_node_rank(e)) is not None)
+        if not known:
+            raise FormatError(
+                f"job {name}: node ranks are not known yet (rendezvous has not completed); "
+                "use --index"
+            )
+        raise FormatError(f"job {name} has no node rank {node_rank} (node ranks: {known})")
     assert rank is not None
     for entry in entries:
         if entry.get("globalRanks") and rank in parse_rank_ranges(str(entry["globalRanks"])):
@@ -282,7 +347,7 @@ def find_rank_entry(job: Obj, rank: int | None = None, node_rank: int | None = N
     if entries and not any(e.get("globalRanks") for e in entries):
         raise FormatError(
             f"job {name}: global ranks are not assigned yet (rendezvous has not completed); "
-            "use --node-rank"
+            "use --index"
         )
     raise FormatError(f"job {name} has no global rank {rank} (world size {world or '-'})")
 
@@ -319,7 +384,12 @@ def log_fetch_error(status: int | None, body: object, entry: Obj) -> str:
     find the rank's output where that node keeps it.
     """
     pod, node = entry.get("pod") or NONE, entry.get("node") or NONE
-    where = f"pod {pod} (node rank {entry.get('nodeRank', '-')}, node {node})"
+    node_rank = entry_node_rank(entry)
+    index = entry_index(entry)
+    where = (
+        f"pod {pod} (index {'-' if index is None else index}, "
+        f"node rank {'-' if node_rank is None else node_rank}, node {node})"
+    )
     if status == 404:
         return f"{where} is gone, and its logs with it"
     message = ""

@@ -58,7 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--rank", type=int, help="global rank (as in RANK of the worker)")
-    which.add_argument("--node-rank", type=int, help="node rank (pod index)")
+    which.add_argument(
+        "--node-rank", type=int, help="torchrun's node rank (GROUP_RANK of the workers)"
+    )
+    which.add_argument("--index", type=int, help="the pod's index (its hostname <job>-<index>)")
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument(
         "-p", "--previous", action="store_true", help="logs of the previous container instance"
@@ -154,10 +157,10 @@ def run(args: argparse.Namespace, kube: _Kube, now: datetime) -> str:
         if args.output != "table":
             return fmt.format_objects(job, args.output)
         return fmt.format_job_status(job, now)
-    entry = fmt.find_rank_entry(job, rank=args.rank, node_rank=args.node_rank)
+    entry = fmt.find_rank_entry(job, rank=args.rank, node_rank=args.node_rank, index=args.index)
     pod = entry.get("pod")
     if not pod:
-        raise fmt.FormatError(f"node rank {entry.get('nodeRank')} has no pod yet")
+        raise fmt.FormatError(f"index {fmt.entry_index(entry)} has no pod yet")
     try:
         kube.stream_logs(namespace, str(pod), args)
     except Exception as e:

@@ -7,7 +7,10 @@ Usage (as the operator renders it, see docs/pod-contract.md):
 The launcher is PID 1 of the trainer container. It waits (bounded) until the rendezvous host name
 resolves, runs torchrun through its Python API with itself as the worker entrypoint
 (``launcher.py --worker <user command>``), and writes a compact JSON summary of this node's
-ranks to the termination-message file, where the operator reads it.
+ranks to the termination-message file, where the operator reads it. While it runs, it serves
+what it knows (its node rank and global ranks once rendezvous completed, the script's progress,
+the stacks of a stalled rank) read-only at ``GET /status`` on the status port, where the
+operator reads it.
 
 This file is mounted from a ConfigMap into arbitrary images: it depends on nothing but the
 standard library and torch, and torch is imported lazily so ``--help`` and the pure helpers
@@ -16,17 +19,21 @@ work without it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import faulthandler
+import http.server
 import json
 import os
 import re
 import signal
 import socket
 import sys
+import sysconfig
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,8 +49,19 @@ ENV_DNS_TIMEOUT = "TORCHRUN_OPERATOR_DNS_TIMEOUT"
 ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"
 ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
 ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
-ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"
+ENV_INDEX = "TORCHRUN_OPERATOR_INDEX"
+ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"  # the index's deprecated name
 ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
+ENV_STATUS_PORT = "TORCHRUN_OPERATOR_STATUS_PORT"
+ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
+DEFAULT_STATUS_PORT = 29401
+DEFAULT_PROGRESS_WINDOW = 60.0
+LIVE_VERSION = 1
+STATUS_PATH = "/status"
+# How long the launcher waits for its workers' stack dumps when training stalls.
+STACK_DUMP_WAIT = 3.0
+# Stack frames in these files mean "waiting in a collective".
+_COLLECTIVE_PATHS = ("/torch/distributed/", "/torch/nn/parallel/")
 
 USAGE = f"""\
 usage: python launcher.py <torchrun flags> -- <command> [args...]
@@ -63,6 +81,10 @@ environment:
       long after rendezvous, 'ready' is removed (the pod turns NotReady) and 'stalled' written
   {ENV_LOCAL_RANK_ARG}: optional --local-rank or --local_rank; each worker's script then gets
       <that>=<LOCAL_RANK> right after it, as torch.distributed.launch passed it
+  {ENV_STATUS_PORT}: port of the read-only GET {STATUS_PATH} endpoint (default
+      {DEFAULT_STATUS_PORT}; 0: none)
+  {ENV_PROGRESS_WINDOW}: seconds steps per second and step time are averaged over
+      (default {DEFAULT_PROGRESS_WINDOW:g})
 """
 
 # States of the summary (docs/pod-contract.md).
@@ -360,26 +382,54 @@ def endpoint_host(flags: Sequence[str], env: Mapping[str, str]) -> str | None:
     return value.rsplit(":", 1)[0] if ":" in value else value
 
 
+def parse_progress(text: str | None) -> dict[str, Any] | None:
+    """What a training script wrote to the progress file (docs/progress.md): its last line
+    "<step>" or "<step> <total>", or JSON {"step": n, "total": m, "stepTime": s} (total and
+    stepTime optional: the declared number of steps, and the seconds this rank spent on its
+    own work in the last step). None when there is no step in it."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        try:
+            out["step"] = int(data["step"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        for key, kind in (("total", int), ("stepTime", float)):
+            try:
+                if data.get(key) is not None:
+                    out[key] = kind(data[key])
+            except (TypeError, ValueError):
+                pass
+        return out
+    if isinstance(data, bool):
+        return None
+    if isinstance(data, int):
+        return {"step": data}
+    words = text.splitlines()[-1].split()
+    try:
+        if len(words) == 2:
+            return {"step": int(words[0]), "total": int(words[1])}
+        return {"step": int(words[-1])}
+    except ValueError:
+        return None
+
+
 def read_step(path: str | None) -> int | None:
-    """Last step a training script wrote to the progress file: an integer, or JSON {"step": n}."""
+    """Last step a training script wrote to the progress file (see parse_progress)."""
     if not path:
         return None
     try:
         with open(path) as fp:
-            text = fp.read().strip()
+            found = parse_progress(fp.read())
     except OSError:
         return None
-    if not text:
-        return None
-    try:
-        return int(text.split()[-1])
-    except ValueError:
-        pass
-    try:
-        data = json.loads(text)
-        return int(data["step"]) if isinstance(data, dict) else None
-    except (ValueError, KeyError, TypeError):
-        return None
+    return found["step"] if found else None
 
 
 # ------------------------------------------------------------------------------------------
@@ -403,7 +453,7 @@ def reset_state_dir(path: str) -> None:
         os.makedirs(path, exist_ok=True)
         for name in os.listdir(path):
             if name in ("ready", "stalled") or (
-                name.startswith("rank-") and name.endswith(".json")
+                name.startswith(("rank-", "stacks-")) and name.endswith((".json", ".txt"))
             ):
                 os.remove(os.path.join(path, name))
     except OSError as e:
@@ -499,7 +549,14 @@ class ProgressMonitor:
     `ready`, so the readiness probe fails) and writes a `stalled` marker; on progress again,
     puts `ready` back."""
 
-    def __init__(self, sdir: str, progress_file: str, timeout: float) -> None:
+    def __init__(
+        self,
+        sdir: str,
+        progress_file: str,
+        timeout: float,
+        on_stall: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_stall = on_stall  # runs before readiness is withdrawn (the stack dumps)
         self.ready_path = os.path.join(sdir, "ready")
         self.stalled_path = os.path.join(sdir, "stalled")
         self.progress_file = progress_file
@@ -523,6 +580,12 @@ class ProgressMonitor:
                 timeout=f"{quiet:g}s",
                 ranks=",".join(str(r) for r in _rank_info(os.path.dirname(self.ready_path), [])[1]),
             )
+            if self.on_stall is not None:
+                # Before the pod turns NotReady: the operator reads the pod when it does.
+                try:
+                    self.on_stall()
+                except Exception as e:  # noqa: BLE001 - the stall must still be reported
+                    log("cannot dump stacks", error=f"{type(e).__name__}: {e}")
             marker = {"step": step, "timeout": quiet, "at": round(wall or time.time(), 3)}
             try:
                 _write_atomic(self.stalled_path, _dumps(marker) + "\n")
@@ -557,25 +620,412 @@ def progress_timeout() -> float | None:
     return value if value > 0 else None
 
 
+def progress_window() -> float:
+    raw = os.environ.get(ENV_PROGRESS_WINDOW, "")
+    try:
+        value = float(raw) if raw else DEFAULT_PROGRESS_WINDOW
+    except ValueError:
+        log("ignoring invalid progress window", value=raw)
+        return DEFAULT_PROGRESS_WINDOW
+    return value if value > 0 else DEFAULT_PROGRESS_WINDOW
+
+
+def on_stall(sdir: str, monitor: ProgressMonitor) -> None:
+    """Training stopped: every Python worker dumps its stacks (to the log, summarised for
+    GET /status), so the operator can name the rank that is not inside a collective."""
+    stacks = dump_worker_stacks(sdir)
+    LIVE.set_stall(
+        {"at": round(time.time(), 3), "step": read_step(monitor.progress_file), "stacks": stacks}
+    )
+
+
 def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
+    """Reads the progress file every second (less with a short timeout) for GET /status, and
+    with TORCHRUN_OPERATOR_PROGRESS_TIMEOUT watches it for stalls (docs/progress.md). Returns
+    the stall watch, None without a timeout."""
     timeout, path = progress_timeout(), os.environ.get(ENV_PROGRESS_FILE)
-    if timeout is None or not path:
+    if not path:
         return None
-    monitor = ProgressMonitor(sdir, path, timeout)
-    _progress.append(monitor)
-    interval = min(1.0, timeout / 4)
-    log("watching training progress", file=path, timeout=f"{timeout:g}s")
+    monitor = None
+    if timeout is not None:
+        watch = monitor = ProgressMonitor(sdir, path, timeout)
+        monitor.on_stall = lambda: on_stall(sdir, watch)
+    window = progress_window()
+    interval = min(1.0, timeout / 4) if timeout is not None else 1.0
+    if monitor is not None:
+        _progress.append(monitor)
+        log("watching training progress", file=path, timeout=f"{timeout:g}s")
 
     def run() -> None:
         while True:
             try:
-                monitor.poll(time.monotonic())
+                LIVE.observe_progress(time.time(), _read_text(path), window)
+                if monitor is not None and monitor.poll(time.monotonic()) == "resume":
+                    LIVE.set_stall(None)
             except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
                 log("progress watch error", error=f"{type(e).__name__}: {e}")
             time.sleep(interval)
 
     threading.Thread(target=run, daemon=True, name="progress-watch").start()
     return monitor
+
+
+# ------------------------------------------------------------------------------------------
+# live status: what the operator reads at GET /status (docs/pod-contract.md)
+
+
+class ProgressMeter:
+    """Steps per second and time per step over a sliding window, from what the progress file
+    said each time it was read. Pure: it is shown (wall time, file content) and keeps the
+    moments the step changed."""
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.samples: deque[tuple[float, int, float | None]] = deque()  # (t, step, stepTime)
+        self.step: int | None = None
+        self.total: int | None = None
+        self.last_step_at: float | None = None
+        self.first_at: float | None = None  # when a step was first seen
+
+    def observe(self, now: float, text: str | None) -> None:
+        found = parse_progress(text)
+        if found is None:
+            return
+        step = int(found["step"])
+        if found.get("total") is not None:
+            self.total = int(found["total"])
+        if step != self.step:
+            if self.step is not None and step < self.step:
+                self.samples.clear()  # restored from an earlier checkpoint: start anew
+                self.first_at = None
+            self.step = step
+            self.last_step_at = now
+            self.samples.append((now, step, found.get("stepTime")))
+            if self.first_at is None:
+                self.first_at = now
+        # Keep the window's samples and the one just before it (where the window starts).
+        while len(self.samples) > 1 and self.samples[1][0] <= now - self.window:
+            self.samples.popleft()
+
+    def snapshot(self, now: float) -> dict[str, Any] | None:
+        if self.step is None:
+            return None
+        out: dict[str, Any] = {"step": self.step, "windowSeconds": self.window}
+        if self.total is not None:
+            out["total"] = self.total
+        if self.last_step_at is not None:
+            out["lastStepAt"] = round(self.last_step_at, 3)
+        if len(self.samples) >= 2:
+            t0, s0, _ = self.samples[0]
+            t1, s1, _ = self.samples[-1]
+            if now > t0 and s1 > s0:
+                # To now, not to the last change: a pod that stopped slows down here.
+                out["stepsPerSecond"] = round((s1 - s0) / (now - t0), 4)
+                out["stepSeconds"] = round((t1 - t0) / (s1 - s0), 4)
+            reported = [t for _, _, t in list(self.samples)[1:] if t is not None]
+            if reported:
+                out["stepSeconds"] = round(sum(reported) / len(reported), 4)
+        in_window = sum(1 for t, _, _ in self.samples if t > now - self.window)
+        out["windowFull"] = bool(
+            self.first_at is not None and now - self.first_at >= self.window and in_window >= 3
+        )
+        return out
+
+
+class LiveState:
+    """What this launcher knows now, for GET /status. Written by the agent's thread (the
+    rendezvous), the progress thread and the stall handling; read by the server's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.fields: dict[str, Any] = {"v": LIVE_VERSION, "state": "Starting"}
+        self.meter: ProgressMeter | None = None
+        self.stall: dict[str, Any] | None = None
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self.fields.update(fields)
+
+    def get(self, key: str) -> Any:
+        with self._lock:
+            return self.fields.get(key)
+
+    def observe_progress(self, now: float, text: str | None, window: float) -> None:
+        with self._lock:
+            if self.meter is None:
+                self.meter = ProgressMeter(window)
+            self.meter.observe(now, text)
+
+    def set_stall(self, stall: dict[str, Any] | None) -> None:
+        with self._lock:
+            self.stall = stall
+            if self.fields.get("state") in ("Training", "Stalled"):
+                self.fields["state"] = "Stalled" if stall else "Training"
+
+    def snapshot(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        with self._lock:
+            out = dict(self.fields)
+            progress = self.meter.snapshot(now) if self.meter else None
+            if progress:
+                out["progress"] = progress
+            if self.stall:
+                out["stall"] = self.stall
+        out["time"] = round(now, 3)
+        return out
+
+
+LIVE = LiveState()
+
+
+def flag_value(flags: Sequence[str], names: Sequence[str]) -> str | None:
+    """The value of the last of `names` in torchrun flags (``--x v`` or ``--x=v``)."""
+    value = None
+    for i, arg in enumerate(flags):
+        if arg in names and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif any(arg.startswith(n + "=") for n in names):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+class _StatusHandler(http.server.BaseHTTPRequestHandler):
+    server_version = "torchrun-operator-launcher"
+    timeout = 5  # a slow or silent client does not keep a thread
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.split("?", 1)[0] != STATUS_PATH:
+            self.send_error(404)
+            return
+        body = _dumps(LIVE.snapshot()).encode("utf-8")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        pass  # one line per read every few seconds would drown the training log
+
+
+class _StatusServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 16
+
+
+def _ipv6_server(port: int) -> _StatusServer:
+    class Dual(_StatusServer):
+        address_family = socket.AF_INET6
+
+        def server_bind(self) -> None:
+            # Both families on one socket: pods may have an IPv4 or an IPv6 address.
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            super().server_bind()
+
+    return Dual(("::", port), _StatusHandler)
+
+
+def start_status_server(port: int | None = None) -> _StatusServer | None:
+    """Serve LIVE read-only on every address of the pod, in daemon threads. A port that is
+    taken (a hostNetwork pod next to another) is logged and skipped: the operator then only
+    learns what the pod's status says."""
+    if port is None:
+        raw = os.environ.get(ENV_STATUS_PORT, "")
+        try:
+            port = int(raw) if raw else DEFAULT_STATUS_PORT
+        except ValueError:
+            log("ignoring invalid status port", value=raw)
+            port = DEFAULT_STATUS_PORT
+    if port <= 0:
+        return None
+    server: _StatusServer | None = None
+    errors = []
+    for make in (_ipv6_server, lambda p: _StatusServer(("0.0.0.0", p), _StatusHandler)):
+        try:
+            server = make(port)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    if server is None:
+        log("cannot serve status", port=port, error="; ".join(errors))
+        return None
+    threading.Thread(target=server.serve_forever, daemon=True, name="status-server").start()
+    return server
+
+
+def _patch_rendezvous_reporting() -> None:
+    """Wrap torch's agent rendezvous so LIVE learns this node's rank, its workers' global
+    ranks and the rendezvous round the moment the agent completes a round."""
+    try:
+        from torch.distributed.elastic.agent.server import api as agent_api
+    except ImportError:
+        return
+    cls = agent_api.SimpleElasticAgent
+    original = cls._rendezvous
+    if getattr(original, "_torchrun_operator", False):
+        return
+
+    def _rendezvous(self: Any, worker_group: Any) -> None:
+        LIVE.update(state="Rendezvous")
+        original(self, worker_group)
+        try:
+            spec = worker_group.spec
+            handler = getattr(spec, "rdzv_handler", None)
+            holder = getattr(handler, "_state_holder", None)
+            rdzv_round = getattr(getattr(holder, "state", None), "round", None)
+            remaining = getattr(self, "_remaining_restarts", None)
+            restarts = spec.max_restarts - remaining if isinstance(remaining, int) else None
+            ranks = sorted(int(w.global_rank) for w in worker_group.workers)
+            LIVE.update(
+                state="Training",
+                groupRank=int(worker_group.group_rank),
+                groupWorldSize=int(worker_group.group_world_size),
+                ranks=ranks,
+                round=rdzv_round if isinstance(rdzv_round, int) else None,
+                restarts=restarts,
+                rendezvousAt=round(time.time(), 3),
+            )
+            LIVE.set_stall(None)
+            log(
+                "rendezvous complete",
+                round=rdzv_round,
+                node_rank=worker_group.group_rank,
+                ranks=",".join(map(str, ranks)),
+            )
+        except Exception as e:  # noqa: BLE001 - reporting must never break training
+            log("cannot report rendezvous", error=f"{type(e).__name__}: {e}")
+
+    _rendezvous._torchrun_operator = True  # type: ignore[attr-defined]
+    cls._rendezvous = _rendezvous  # type: ignore[method-assign]
+
+
+# ---- stacks of a stalled pod --------------------------------------------------------------
+
+_FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*)$')
+_THREAD = re.compile(r"^(?:Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+)")
+
+
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    return tuple(sorted(d.rstrip("/") + "/" for d in dirs if d))
+
+
+def analyze_stacks(
+    text: str, main_thread: int | None, library_dirs: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """From a faulthandler dump: whether the main thread is inside a collective (a frame of
+    torch.distributed or torch.nn.parallel), and where it is: its innermost frame outside the
+    Python library, site-packages and this launcher, else its innermost frame."""
+    blocks: dict[int | None, list[tuple[str, int, str]]] = {}
+    current: list[tuple[str, int, str]] | None = None
+    first: int | None = None
+    for line in text.splitlines():
+        m = _THREAD.match(line)
+        if m:
+            ident = int(m.group("ident"), 16)
+            current = blocks.setdefault(ident, [])
+            if first is None or line.startswith("Current thread"):
+                first = ident
+            continue
+        f = _FRAME.match(line)
+        if f and current is not None:
+            current.append((f.group("file"), int(f.group("line")), f.group("func")))
+    frames = blocks.get(main_thread) if main_thread is not None else None
+    if frames is None:
+        frames = blocks.get(first, [])
+    if not frames:
+        return {"inCollective": False, "at": None}
+    libs = tuple(library_dirs if library_dirs is not None else _library_dirs())
+    in_collective = any(any(p in f for p in _COLLECTIVE_PATHS) for f, _, _ in frames)
+    here = os.path.abspath(__file__)
+
+    def own(path: str) -> bool:
+        return not (path.startswith(libs) or path.startswith("<") or os.path.abspath(path) == here)
+
+    path, lineno, func = next((fr for fr in frames if own(fr[0])), frames[0])
+    return {"inCollective": in_collective, "at": f"{path}:{lineno} in {func}"}
+
+
+def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[str, Any]]:
+    """Have every worker of this node that registered a stack dump (the Python ones) write
+    its stacks, copy them to the log, and summarise each."""
+    targets = []
+    for r in read_rank_files(sdir):
+        path, pid = r.get("stacks"), r.get("pid")
+        if not isinstance(path, str) or not isinstance(pid, int):
+            continue
+        try:
+            offset = os.path.getsize(path)
+            os.kill(pid, signal.SIGUSR1)
+        except OSError as e:
+            log("cannot dump stacks", rank=r.get("rank"), error=e)
+            continue
+        targets.append((r, path, offset))
+    deadline = time.monotonic() + wait
+    sizes: dict[str, int] = {}
+    while targets and time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = {path: _file_size(path) for _, path, _ in targets}
+        grown = all(now[path] > offset for _, path, offset in targets)
+        if grown and now == sizes:
+            break  # every dump written, and none still growing
+        sizes = now
+    out = []
+    for r, path, offset in targets:
+        try:
+            with open(path, errors="replace") as fp:
+                fp.seek(offset)
+                text = fp.read()
+        except OSError:
+            text = ""
+        thread = r.get("thread")
+        summary = analyze_stacks(text, thread if isinstance(thread, int) else None)
+        log(
+            "stacks of a stalled rank",
+            rank=r.get("rank"),
+            local_rank=r.get("localRank"),
+            in_collective=summary["inCollective"],
+            at=summary["at"],
+        )
+        try:
+            sys.stderr.write(text if text.endswith("\n") or not text else text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        out.append({"rank": r.get("rank"), "localRank": r.get("localRank"), **summary})
+    return sorted(out, key=lambda s: s["rank"] if isinstance(s["rank"], int) else -1)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def dump_own_stacks(why: str) -> None:
+    """The launcher's own threads, to the log (a rendezvous that never completed)."""
+    log("launcher stacks follow", reason=why)
+    with contextlib.suppress(OSError, ValueError, RuntimeError):
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+
+def _register_stack_dump(sdir: str, local_rank: str) -> str | None:
+    """In a Python worker: SIGUSR1 dumps every thread's stack to stacks-<local rank>.txt."""
+    path = os.path.join(sdir, f"stacks-{local_rank}.txt")
+    try:
+        fp = open(path, "w")  # noqa: SIM115 - kept open for faulthandler for the process's life
+        faulthandler.register(signal.SIGUSR1, file=fp, all_threads=True, chain=False)
+    except (OSError, RuntimeError, ValueError, AttributeError) as e:
+        log("worker: no stack dumps", error=e)
+        return None
+    _stack_files.append(fp)
+    return path
+
+
+_stack_files: list[Any] = []
 
 
 # ------------------------------------------------------------------------------------------
@@ -712,17 +1162,20 @@ def error_file_payload(e: BaseException, tb: str, now: float) -> dict[str, Any]:
     }
 
 
-def _record_worker_state(sdir: str) -> None:
+def _record_worker_state(sdir: str, stacks: str | None = None) -> None:
     env = os.environ
     local_rank = env.get("LOCAL_RANK", "0")
-    record = {
+    record: dict[str, Any] = {
         "rank": int(env.get("RANK", "-1")),
         "localRank": int(local_rank),
         "groupRank": int(env.get("GROUP_RANK", "-1")),
         "worldSize": int(env.get("WORLD_SIZE", "0")),
         "restartCount": int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
         "pid": os.getpid(),
+        "thread": threading.main_thread().ident,
     }
+    if stacks:
+        record["stacks"] = stacks  # SIGUSR1 dumps this worker's stacks there
     try:
         os.makedirs(sdir, exist_ok=True)
         _write_atomic(os.path.join(sdir, f"rank-{local_rank}.json"), _dumps(record))
@@ -736,7 +1189,13 @@ def worker_main(cmd: list[str]) -> int:
     if not cmd:
         log("worker: no command")
         return 2
-    _record_worker_state(state_dir())
+    sdir = state_dir()
+    stacks = None
+    if python_target(cmd) is not None:
+        # Only a Python worker can dump its stacks: SIGUSR1 would kill any other program.
+        os.makedirs(sdir, exist_ok=True)
+        stacks = _register_stack_dump(sdir, os.environ.get("LOCAL_RANK", "0"))
+    _record_worker_state(sdir, stacks)
     local_rank_arg = os.environ.get(ENV_LOCAL_RANK_ARG, "")
     if local_rank_arg.startswith("--"):
         # spec.torchrun.localRankArg: a launch-era script's argparse requires it.
@@ -813,6 +1272,9 @@ def _finish(summary: dict[str, Any]) -> None:
     if _summary_written.is_set():
         return
     _summary_written.set()
+    LIVE.update(state="Finished")
+    if summary.get("groupRank") is not None and LIVE.get("round") is not None:
+        summary = {**summary, "round": LIVE.get("round")}
     notes = [m.note for m in _progress if m.note]
     if notes and summary.get("state") != SUCCEEDED:
         summary = {**summary, "message": "; ".join([*notes, str(summary.get("message") or "")])}
@@ -956,6 +1418,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     from torch.distributed.run import config_from_args, get_args_parser
 
     _patch_torch_signal_handler()
+    _patch_rendezvous_reporting()
 
     sdir = state_dir()
     step_file = os.environ.get(ENV_PROGRESS_FILE)
@@ -1027,6 +1490,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             f"{config.rdzv_endpoint}: not all nodes joined" + (f": {e}" if str(e) else "")
         )
         log("rendezvous timed out", endpoint=config.rdzv_endpoint)
+        dump_own_stacks("rendezvous timed out")
         group_rank, ranks, restarts = _rank_info(sdir, [])
         _finish(
             build_summary(
@@ -1089,13 +1553,14 @@ def launcher_main(argv: list[str]) -> int:
         signal.signal(sig, _early_signal_handler)
     _start_signal_watchdog(_shutdown_timeout(flags) + 5.0)
 
-    log(
-        "launcher starting",
-        pid=os.getpid(),
-        node_index=os.environ.get(ENV_NODE_RANK, "?"),
-        state_dir=state_dir(),
-    )
+    index = os.environ.get(ENV_INDEX) or os.environ.get(ENV_NODE_RANK)
+    log("launcher starting", pid=os.getpid(), index=index or "?", state_dir=state_dir())
     reset_state_dir(state_dir())
+    LIVE.update(
+        index=int(index) if index and index.isdigit() else None,
+        rdzvId=flag_value(flags, ("--rdzv-id", "--rdzv_id")) or os.environ.get("PET_RDZV_ID"),
+    )
+    start_status_server()
     progress_file = os.environ.get(ENV_PROGRESS_FILE)
     if progress_file and os.path.exists(progress_file):
         try:  # a previous container's step is not this one's progress

@@ -1,15 +1,16 @@
 """reconcile(job, pods, now) -> Plan: the operator's decisions as one pure function.
 
 Level-triggered: everything is derived from the job (spec and the status we wrote last
-time, which is the operator's only memory) and the pods observed now. Calling it again with
-the same inputs plans the same creates and deletes (which the shell treats as idempotent),
-and no events: events are emitted only where the status changes.
+time, which is the operator's only memory), the pods observed now, and what their launchers'
+status endpoints said when last read (`live`: the rank map and progress of running pods).
+Calling it again with the same inputs plans the same creates and deletes (which the shell
+treats as idempotent), and no events: events are emitted only where the status changes.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
@@ -19,9 +20,10 @@ from pydantic import ValidationError
 from ..api import names
 from ..api.models import JobSpec
 from ..render import render_pod, world_size
-from . import budget, hang
+from . import budget, crashloop, hang
 from . import conditions as cond
-from .observe import PodView, rank_entry, truncate, view
+from . import progress as prog
+from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, Plan
 from .rootcause import WINDOW, Candidate, classify, lost_candidate, pod_candidates, root_cause
 from .timefmt import fmt, seconds
@@ -53,6 +55,7 @@ class _Ctx:
     foreign: set[str] = field(default_factory=set)  # observed pod names that are not ours
     blocked: list[str] = field(default_factory=list)  # what stands in the way, for people
     refused: list[str] = field(default_factory=list)  # pod creates the apiserver refused
+    live: dict[str, Live] = field(default_factory=dict)  # pod uid -> its launcher's status
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -123,13 +126,17 @@ def reconcile(
     now: datetime,
     blocked: Sequence[str] = (),
     refused: Sequence[str] = (),
+    live: Mapping[str, Any] | None = None,
 ) -> Plan:
     """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
     job's names that is not the job's), described for people; while any is, no pod is
     created and the Blocked condition says why. `refused`: the apiserver's answers to pod
     creates it refused (Pod Security, a quota, a webhook), which the shell retries with
-    back-off; the Blocked condition carries them meanwhile."""
-    status = copy.deepcopy(job.get("status") or {})
+    back-off; the Blocked condition carries them meanwhile. `live`: per pod uid, the latest
+    answer of the pod's launcher status endpoint as the shell read it, {"at": unix seconds
+    on the operator's clock, "data": the JSON} (docs/pod-contract.md); answers that do not
+    belong to the pod's attempt and index are ignored."""
+    status = _migrated(copy.deepcopy(job.get("status") or {}))
     meta = job["metadata"]
     if meta.get("generation") is not None:
         status["observedGeneration"] = meta["generation"]
@@ -140,6 +147,13 @@ def reconcile(
     except ValidationError as err:
         return _invalid(job, status, now, err)
     views = [view(p, spec.trainer.name) for p in pods]
+    uid = meta.get("uid")
+    reads: dict[str, Live] = {}
+    for v in views:
+        if v.uid and live and v.uid in live and v.attempt is not None:
+            parsed = parse_live(live[v.uid], names.rdzv_id(str(uid), v.attempt), v.node_index)
+            if parsed is not None:
+                reads[v.uid] = parsed
     ctx = _Ctx(
         job=job,
         spec=spec,
@@ -152,6 +166,7 @@ def reconcile(
         foreign={v.name for v in views if v.owner_uid != meta.get("uid")},
         blocked=list(blocked),
         refused=list(refused),
+        live=reads,
     )
     ctx.counters  # noqa: B018 - materialise the counters so every status carries them
     status["worldSize"] = world_size(spec)
@@ -277,8 +292,9 @@ def _start_attempt(ctx: _Ctx) -> None:
     for i in range(ctx.spec.nodes):
         pod = render_pod(ctx.job, i, attempt)
         ctx.create_pod(pod)
-        ranks.append({"nodeRank": i, "pod": pod["metadata"]["name"], "phase": "Creating"})
+        ranks.append({"index": i, "pod": pod["metadata"]["name"], "phase": "Creating"})
     st["ranks"] = ranks
+    st.pop("progress", None)
     _begin(ctx, created=len(ctx.create))
 
 
@@ -295,6 +311,31 @@ def _begin(ctx: _Ctx, created: int) -> None:
         ctx.event("Normal", "PodsCreated", f"Created {created} pods for attempt {ctx.attempt}")
         if ctx.spec.run_policy.active_deadline_seconds:
             ctx.requeue.append(float(ctx.spec.run_policy.active_deadline_seconds))
+
+
+def _migrated(status: dict[str, Any]) -> dict[str, Any]:
+    """A status written before the pod index had its own field: its `nodeRank`s (in ranks,
+    the failure and the restart records) were pod indexes, and become `index`."""
+
+    for key in ("ranks", "restarts"):
+        if isinstance(status.get(key), list):
+            status[key] = [_renamed(r) for r in status[key]]
+    if isinstance(status.get("failure"), dict):
+        status["failure"] = _renamed(status["failure"])
+    return status
+
+
+def _renamed(record: Any) -> Any:
+    if isinstance(record, dict) and "index" not in record and "nodeRank" in record:
+        out = {k: v for k, v in record.items() if k != "nodeRank"}
+        out["index"] = record["nodeRank"]
+        return out
+    return record
+
+
+def _entries(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """status.ranks, each keyed by `index` (see _migrated)."""
+    return [_renamed(r) for r in status.get("ranks") or []]
 
 
 def _replacement_of(ctx: _Ctx, node_index: int, pod: str) -> int:
@@ -320,7 +361,7 @@ class _Seen:
 def _observe(ctx: _Ctx) -> None:
     st, attempt, desired = ctx.status, ctx.attempt, ctx.spec.nodes
     by_name = {p.name: p for p in ctx.pods if p.attempt == attempt}
-    old = {r.get("nodeRank"): r for r in st.get("ranks") or []}
+    old = {r.get("index"): r for r in _entries(st)}
     seen = _Seen()
     entries: list[dict[str, Any]] = []
     for i in range(desired):
@@ -332,7 +373,7 @@ def _observe(ctx: _Ctx) -> None:
             if before.get("phase") in (None, "Creating"):
                 # Planned but not seen yet (or never planned): (re)create, 409 is fine.
                 ctx.create_pod(render_pod(ctx.job, i, attempt, _replacement_of(ctx, i, pod_name)))
-                entries.append({"nodeRank": i, "pod": pod_name, "phase": "Creating"})
+                entries.append({"index": i, "pod": pod_name, "phase": "Creating"})
                 seen.alive.add(i)
             else:
                 gone = {**before, "phase": "Deleted", "ready": False, "reason": "PodDeleted"}
@@ -344,7 +385,7 @@ def _observe(ctx: _Ctx) -> None:
                 )
             continue
         seen.current[i] = pod
-        entry = rank_entry(i, pod)
+        entry = rank_entry(i, pod, ctx.live.get(pod.uid or ""), before)
         entries.append(entry)
         _classify_pod(ctx, i, pod, seen)
         if i in seen.failed:
@@ -354,6 +395,7 @@ def _observe(ctx: _Ctx) -> None:
     # Elastic scale-down (spec.nodes lowered): pods beyond the desired count go.
     ctx.delete_pods([p for p in by_name.values() if (p.node_index or 0) >= desired])
     st["nodes"] = _counts(desired, list(seen.current.values()), len(seen.failed))
+    _progress(ctx, seen)
 
     if seen.failed:
         _on_failures(ctx, seen)
@@ -367,6 +409,7 @@ def _observe(ctx: _Ctx) -> None:
         for i in range(desired)
     )
     st["phase"] = "Running" if all_up else "Starting"
+    _stragglers(ctx, seen)
     if all_up:
         ctx.set_cond("Running", True, "AllPodsRunning", f"{desired} pods running")
     ready = sum(1 for p in seen.current.values() if p.ready)
@@ -399,9 +442,8 @@ def _succeeded(ctx: _Ctx, seen: _Seen) -> bool:
     if ctx.spec.success_policy == "RankZero":
         zero = next((i for i, p in seen.current.items() if 0 in p.global_ranks), None)
         if zero is not None and zero in seen.succeeded:
-            _finish(
-                ctx, "Succeeded", "RankZeroSucceeded", f"global rank 0 (node rank {zero}) succeeded"
-            )
+            pod = seen.current[zero].name
+            _finish(ctx, "Succeeded", "RankZeroSucceeded", f"global rank 0 (pod {pod}) succeeded")
             return True
     if len(seen.succeeded) == desired:
         _finish(ctx, "Succeeded", "AllRanksSucceeded", f"all {desired} pods succeeded")
@@ -409,13 +451,76 @@ def _succeeded(ctx: _Ctx, seen: _Seen) -> bool:
     return False
 
 
+# ---- progress -----------------------------------------------------------------------------
+
+
+def _live_by_index(ctx: _Ctx, seen: _Seen) -> dict[int, Live]:
+    out = {}
+    for i, pod in seen.current.items():
+        lv = ctx.live.get(pod.uid or "")
+        if lv is not None and not pod.terminal:
+            out[i] = lv
+    return out
+
+
+def _progress(ctx: _Ctx, seen: _Seen) -> None:
+    """status.progress of the current attempt, from its pods' steps."""
+    st = ctx.status
+    found = prog.job_progress(st["ranks"], _live_by_index(ctx, seen), st.get("progress"))
+    if found is None:
+        st.pop("progress", None)
+    else:
+        st["progress"] = found
+
+
+def _stragglers(ctx: _Ctx, seen: _Seen) -> None:
+    """The Straggler condition (spec.monitoring.straggler): the pods whose mean step time over
+    the window stays above factor times the median."""
+    config = ctx.spec.monitoring.straggler
+    if config is None:
+        # Turned off (the spec changes while suspended): no stale verdict stays behind.
+        ctx.conds[:] = [c for c in ctx.conds if c.get("type") != "Straggler"]
+        return
+    exists = cond.get(ctx.conds, "Straggler") is not None
+    if ctx.status["phase"] != "Running":
+        if cond.is_true(ctx.conds, "Straggler"):
+            ctx.set_cond("Straggler", False, "NotRunning", "the attempt is not running")
+        return
+    found = prog.stragglers(ctx.status["ranks"], _live_by_index(ctx, seen), config.factor)
+    if found is None:
+        if not exists:
+            ctx.set_cond(
+                "Straggler",
+                False,
+                "Measuring",
+                f"waiting for {config.window_seconds}s of steps from at least two pods",
+            )
+        return
+    slow, median = found
+    if not slow:
+        ctx.set_cond(
+            "Straggler",
+            False,
+            "NoStragglers",
+            f"every pod's step time is within {config.factor:g}x the median "
+            f"({median:.3g}s per step over {config.window_seconds}s)",
+        )
+        return
+    message = (
+        truncate(prog.straggler_message(slow, median, config.factor, config.window_seconds)) or ""
+    )
+    if ctx.set_cond("Straggler", True, "SlowPods", message):
+        ctx.event("Warning", "Straggler", message)
+
+
 # ---- failures -----------------------------------------------------------------------------
 
 
-def _failure(cause: Candidate) -> dict[str, Any]:
+def _failure(cause: Candidate, step: int | None = None) -> dict[str, Any]:
     out = {
         "rank": cause.rank,
-        "nodeRank": cause.node_index,
+        "index": cause.node_index,
+        "nodeRank": cause.node_rank,
         "pod": cause.pod,
         "node": cause.node,
         "exitCode": cause.exit_code,
@@ -423,28 +528,56 @@ def _failure(cause: Candidate) -> dict[str, Any]:
         "reason": cause.reason,
         "message": cause.message,
         "at": fmt(cause.at),
+        "step": step,
+        "location": cause.location,
     }
     return {k: v for k, v in out.items() if v is not None}
 
 
+def where(pod: str, index: int, node_rank: int | None = None, node: str | None = None) -> str:
+    """'pod job-1 (index 1, node rank 0, node n1)': a pod as messages name it."""
+    parts = [f"index {index}"]
+    if node_rank is not None:
+        parts.append(f"node rank {node_rank}")
+    if node:
+        parts.append(f"node {node}")
+    return f"pod {pod} ({', '.join(parts)})"
+
+
 def _describe(cause: Candidate) -> str:
-    who = f"rank {cause.rank} on node rank" if cause.rank is not None else "node rank"
-    where = f"pod {cause.pod}" + (f", node {cause.node}" if cause.node else "")
+    """'rank 3 (pod job-1, index 1, node rank 0, node n1) failed: ...', or without a known
+    rank 'pod job-1 (index 1, ...) failed: ...'."""
+    place = where(cause.pod, cause.node_index, cause.node_rank, cause.node)
+    if cause.rank is not None:
+        place = f"rank {cause.rank} ({place.replace(' (', ', ', 1)}"
     code = f", exit code {cause.exit_code}" if cause.exit_code is not None else ""
     detail = f": {cause.message}" if cause.message else ""
-    return (
-        truncate(f"{who} {cause.node_index} ({where}) failed: {cause.reason}{code}{detail}") or ""
-    )
+    return truncate(f"{place} failed: {cause.reason}{code}{detail}") or ""
 
 
 def _observed_at(ctx: _Ctx) -> dict[int, float]:
-    """Per node index, when the operator first saw its pod fail (its own clock)."""
+    """Per pod index, when the operator first saw its pod fail (its own clock)."""
     out: dict[int, float] = {}
-    for entry in ctx.status.get("ranks") or []:
+    for entry in _entries(ctx.status):
         at = seconds(entry.get("failureObservedAt"))
         if at is not None:
-            out[int(entry["nodeRank"])] = at
+            out[int(entry["index"])] = at
     return out
+
+
+def _node_ranks(ctx: _Ctx) -> dict[int, int]:
+    """Per pod index, torchrun's node rank as the status knows it."""
+    return {
+        int(e["index"]): int(e["nodeRank"])
+        for e in _entries(ctx.status)
+        if isinstance(e.get("nodeRank"), int) and isinstance(e.get("index"), int)
+    }
+
+
+def _with_node_rank(ctx: _Ctx, c: Candidate) -> Candidate:
+    if c.node_rank is not None:
+        return c
+    return replace(c, node_rank=_node_ranks(ctx).get(c.node_index))
 
 
 def _on_operator_clock(ctx: _Ctx, candidates: list[Candidate]) -> list[Candidate]:
@@ -468,7 +601,7 @@ def _on_operator_clock(ctx: _Ctx, candidates: list[Candidate]) -> list[Candidate
 def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
     spec = ctx.spec
     retryable = spec.failure_policy.retryable_exit_codes
-    seen.candidates = _on_operator_clock(ctx, seen.candidates)
+    seen.candidates = [_with_node_rank(ctx, c) for c in _on_operator_clock(ctx, seen.candidates)]
     cause = root_cause(seen.candidates)
     klass = classify(cause, retryable)
     if (
@@ -501,15 +634,20 @@ def _on_failures(ctx: _Ctx, seen: _Seen) -> None:
 
 
 def _fail_or_restart(ctx: _Ctx, cause: Candidate, klass: str) -> None:
-    """Record the root cause; fail on a user error or a spent budget, else gang-restart."""
+    """Record the root cause; fail on a user error, a spent budget or a crash loop, else
+    gang-restart."""
     spec, counters = ctx.spec, ctx.counters
-    ctx.status["failure"] = _failure(cause)
+    step = crashloop.attempt_step(ctx.status.get("ranks") or [])
+    ctx.status["failure"] = _failure(cause, step)
     ctx.event("Warning", "RankFailed", _describe(cause))
     if klass == "user":
         counters["userFailures"] += 1
         _finish(ctx, "Failed", cause.reason, _describe(cause))
         return
     counters["infrastructureFailures"] += 1
+    signature = crashloop.signature(cause)
+    if spec.failure_policy.crash_loop_detection and _crash_loop(ctx, cause, signature, step):
+        return
     budget = spec.failure_policy.max_restarts
     if counters["restarts"] >= budget:
         _finish(
@@ -522,18 +660,38 @@ def _fail_or_restart(ctx: _Ctx, cause: Candidate, klass: str) -> None:
             or "",
         )
         return
-    _gang_restart(ctx, cause)
+    _gang_restart(ctx, cause, step, signature)
+
+
+def _crash_loop(ctx: _Ctx, cause: Candidate, signature: str | None, step: int | None) -> bool:
+    """Fail the job (CrashLoopNoProgress) when this attempt failed like the one before it
+    and got no further (reconcile/crashloop.py). True when it did."""
+    before = crashloop.previous_failure(ctx.status.get("restarts") or [], ctx.attempt)
+    if signature is None or before.get("signature") != signature:
+        return False
+    previous = before.get("step")
+    previous = previous if isinstance(previous, int) and not isinstance(previous, bool) else None
+    if not crashloop.made_no_progress(step, previous):
+        return False
+    here = "before its first step" if step is None else f"at step {step}"
+    message = truncate(
+        f"attempt {ctx.attempt} failed {here}, no further than attempt {ctx.attempt - 1} "
+        f"(step {previous}), with the same error ({signature}); not restarting "
+        f"(failurePolicy.crashLoopDetection). Last failure: {_describe(cause)}"
+    )
+    _finish(ctx, "Failed", "CrashLoopNoProgress", message or "")
+    return True
 
 
 def _name_absentees(ctx: _Ctx, seen: _Seen, cause: Candidate) -> Candidate:
-    """A rendezvous timeout is caused by the node ranks that never arrived: name them (the
-    first as the failure's node rank), not the launcher that gave up waiting."""
+    """A rendezvous timeout is caused by the pods that never arrived: name them (the first
+    as the failure's pod), not the launcher that gave up waiting."""
     join = ctx.spec.rendezvous.join_timeout_seconds
     absent = hang.absentees(seen.slots, ctx.now, join)
     if not absent:
         return cause
     missing = {a.node_index for a in absent}
-    waited = sorted(i for i in seen.slots if i not in missing)
+    waited = [seen.slots[i][0] for i in sorted(seen.slots) if i not in missing]
     first = absent[0]
     message = hang.rendezvous_timeout_message(absent, waited, join)
     return replace(
@@ -542,6 +700,7 @@ def _name_absentees(ctx: _Ctx, seen: _Seen, cause: Candidate) -> Candidate:
         pod=first.pod,
         node=first.node,
         rank=None,
+        node_rank=None,
         exit_code=None,
         message=truncate(message),
     )
@@ -577,7 +736,8 @@ def _hung(ctx: _Ctx, seen: _Seen) -> bool:
     timeout = spec.run_policy.progress_timeout_seconds
     if timeout is None or rdzv is None or not done:
         return False
-    quiet = hang.quiet_pods(seen.current, seconds(rdzv.get("lastTransitionTime")))
+    node_ranks = _node_ranks(ctx)
+    quiet = hang.quiet_pods(seen.current, seconds(rdzv.get("lastTransitionTime")), node_ranks)
     due, wait = hang.stalled(quiet, ctx.now)
     if wait is not None:
         ctx.requeue.append(wait)
@@ -588,6 +748,7 @@ def _hung(ctx: _Ctx, seen: _Seen) -> bool:
         entry["reason"] = "ProgressStalled"
         entry["message"] = f"no training progress for {timeout}s"
     quiet_first = due[0]
+    message = hang.stall_message(due, timeout)
     cause = Candidate(
         quiet_first.node_index,
         quiet_first.pod,
@@ -595,8 +756,27 @@ def _hung(ctx: _Ctx, seen: _Seen) -> bool:
         "stalled",
         "ProgressStalled",
         quiet_first.since,
-        message=truncate(hang.stall_message(due, timeout)),
+        node_rank=quiet_first.node_rank,
     )
+    culprit = hang.outside_collective(
+        {i: (p.name, ctx.live.get(p.uid or "")) for i, p in seen.current.items()}
+    )
+    if culprit is not None:
+        # The stacks the launchers dumped name the rank that is not waiting in a collective:
+        # it is the one the others wait for.
+        index, stack, others_waiting = culprit
+        pod = seen.current[index]
+        message = hang.culprit_message(stack, pod.name, others_waiting) + "; " + message
+        cause = replace(
+            cause,
+            node_index=index,
+            pod=pod.name,
+            node=pod.node,
+            rank=stack.rank,
+            node_rank=node_ranks.get(index),
+            location=stack.location,
+        )
+    cause = replace(cause, message=truncate(message))
     _fail_or_restart(ctx, cause, classify(cause, spec.failure_policy.retryable_exit_codes))
     return True
 
@@ -610,7 +790,9 @@ def _record_restart(ctx: _Ctx, record: dict[str, Any]) -> None:
     ctx.status["restarts"] = history[-MAX_RESTART_RECORDS:]
 
 
-def _gang_restart(ctx: _Ctx, cause: Candidate) -> None:
+def _gang_restart(
+    ctx: _Ctx, cause: Candidate, step: int | None = None, signature: str | None = None
+) -> None:
     st, counters = ctx.status, ctx.counters
     counters["restarts"] += 1
     st["attempt"] = ctx.attempt + 1
@@ -621,10 +803,14 @@ def _gang_restart(ctx: _Ctx, cause: Candidate) -> None:
         {
             "reason": cause.reason,
             "rank": cause.rank,
-            "nodeRank": cause.node_index,
+            "index": cause.node_index,
+            "nodeRank": cause.node_rank,
             # Only infrastructure failures (a retryable exit code included) are restarted;
             # user errors fail the job.
             "kind": "infrastructure",
+            # The failed attempt's: the next one is judged against them (crash loops).
+            "step": step,
+            "signature": signature,
         },
     )
     delay = _backoff(ctx.spec, counters["restarts"])
@@ -635,7 +821,10 @@ def _gang_restart(ctx: _Ctx, cause: Candidate) -> None:
     ctx.set_cond("Restarting", True, cause.reason, message)
     ctx.set_cond("Running", False, "Restarting", message)
     ctx.set_cond("RendezvousDone", False, "Restarting", message)
+    if cond.is_true(ctx.conds, "Straggler"):
+        ctx.set_cond("Straggler", False, "NotRunning", message)
     ctx.event("Warning", "Restarting", message)
+    st.pop("progress", None)
     _start_attempt(ctx)  # starts at once when nothing is left to wait for
 
 
@@ -643,8 +832,9 @@ def _replace(ctx: _Ctx, seen: _Seen, cause: Candidate) -> None:
     """Elastic: replace only the lost pods (new names, same hostnames and attempt)."""
     spec, counters, st = ctx.spec, ctx.counters, ctx.status
     budget = spec.failure_policy.max_restarts
+    step = crashloop.attempt_step(st.get("ranks") or [])
     if counters["restarts"] + len(seen.failed) > budget:
-        st["failure"] = _failure(cause)
+        st["failure"] = _failure(cause, step)
         counters["infrastructureFailures"] += 1
         ctx.event("Warning", "RankFailed", _describe(cause))
         _finish(
@@ -657,7 +847,7 @@ def _replace(ctx: _Ctx, seen: _Seen, cause: Candidate) -> None:
             or "",
         )
         return
-    st["failure"] = _failure(cause)
+    st["failure"] = _failure(cause, step)
     by_index = {c.node_index: c for c in seen.candidates}
     for i in sorted(seen.failed):
         old = st["ranks"][i]["pod"]
@@ -667,15 +857,24 @@ def _replace(ctx: _Ctx, seen: _Seen, cause: Candidate) -> None:
         pod = render_pod(ctx.job, i, ctx.attempt, r)
         new = pod["metadata"]["name"]
         ctx.create_pod(pod)
-        st["ranks"][i] = {"nodeRank": i, "pod": new, "phase": "Creating"}
+        st["ranks"][i] = {"index": i, "pod": new, "phase": "Creating"}
         counters["restarts"] += 1
         counters["infrastructureFailures"] += 1
         why = by_index[i]
         _record_restart(
-            ctx, {"reason": why.reason, "rank": why.rank, "nodeRank": i, "kind": "replacement"}
+            ctx,
+            {
+                "reason": why.reason,
+                "rank": why.rank,
+                "index": i,
+                "nodeRank": why.node_rank,
+                "kind": "replacement",
+            },
         )
         ctx.event(
-            "Warning", "PodReplaced", f"node rank {i}: pod {old} {why.reason}; replaced by {new}"
+            "Warning",
+            "PodReplaced",
+            f"index {i}: pod {old} {why.reason}; replaced by {new}",
         )
 
 

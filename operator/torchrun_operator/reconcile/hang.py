@@ -1,10 +1,11 @@
 """Failures no launcher reports: who never joined a rendezvous, and training that went quiet.
 
-Pods have no API access, so readiness is the only thing a running launcher tells the operator:
-Ready means "rendezvous done, training" (docs/pod-contract.md). From it, and from the reports
-of the pods that did end, these pure functions find
+Pods have no API access: readiness and the launcher's read-only status endpoint are what a
+running launcher tells the operator. Ready means "rendezvous done, training"
+(docs/pod-contract.md). From it, from the reports of the pods that did end, and from the
+stacks the launchers of stalled pods dumped, these pure functions find
 
-* the node ranks that did not arrive at a rendezvous that never completed: not created,
+* the pods that did not arrive at a rendezvous that never completed: not created,
   Pending (unschedulable), Running but never Ready with no report (a stuck launcher), or
   failed before joining; the pods whose launcher reported `RendezvousTimeout` did arrive and
   waited for the others;
@@ -12,7 +13,11 @@ of the pods that did end, these pure functions find
   Running, not all Ready, for longer than the join timeout and a margin;
 * training that stopped progressing (opt-in, `runPolicy.progressTimeoutSeconds`, see
   docs/progress.md): the launcher removes its `ready` file when the script's step counter
-  stops changing, so a pod that was Ready at rendezvous turns NotReady while still Running.
+  stops changing, so a pod that was Ready at rendezvous turns NotReady while still Running;
+  its launcher has every worker dump its Python stacks, and the rank that is not inside a
+  collective (the one the others wait for) is named with its file and line.
+
+Pods are named by their index (`<job>-<i>`), which is not torchrun's node rank.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .observe import PodView
+from .observe import Live, PodView, StackSummary
 from .timefmt import fmt, seconds
 
 # After every pod is Running, launchers get joinTimeoutSeconds to rendezvous; the margin
@@ -38,7 +43,7 @@ ARRIVED_STATES = ("RendezvousTimeout", "Failed")
 
 @dataclass(frozen=True)
 class Absent:
-    """A node rank that did not join the rendezvous, and why."""
+    """A pod (by index) that did not join the rendezvous, and why."""
 
     node_index: int
     pod: str
@@ -55,7 +60,7 @@ def _pending_why(pod: PodView) -> str:
 def absent_reason(
     pod: PodView | None, now: float, join_timeout: int, slack: float = STALL_GRACE_SECONDS
 ) -> tuple[int, str] | None:
-    """Why this node rank's pod did not join a rendezvous, with an ordering key (lower is
+    """Why this pod did not join a rendezvous, with an ordering key (lower is
     more telling); None when it did join, or may still be waiting: a Running pod without a
     report is waiting for `join_timeout` (+ `slack`) after it started, stuck afterwards."""
     if pod is None:
@@ -82,8 +87,8 @@ def absent_reason(
 def absentees(
     pods: Mapping[int, tuple[str, PodView | None]], now: float, join_timeout: int
 ) -> list[Absent]:
-    """Node ranks (index -> (pod name, observed pod)) that did not arrive, most telling
-    first (never started, then failed, then stuck), by node rank within each."""
+    """Pods (index -> (pod name, observed pod)) that did not arrive, most telling first
+    (never started, then failed, then stuck), by index within each."""
     out = []
     for i in sorted(pods):
         name, pod = pods[i]
@@ -95,20 +100,20 @@ def absentees(
 
 
 def describe_absent(absent: list[Absent]) -> str:
-    parts = [f"node rank {a.node_index} (pod {a.pod}) {a.why}" for a in absent]
+    parts = [f"pod {a.pod} (index {a.node_index}) {a.why}" for a in absent]
     return "; ".join(parts)
 
 
-def _ranks(indices: list[int]) -> str:
-    word = "node rank" if len(indices) == 1 else "node ranks"
-    return f"{word} {', '.join(map(str, indices))}"
+def _pods(pods: list[str]) -> str:
+    return f"{'pod' if len(pods) == 1 else 'pods'} {', '.join(pods)}"
 
 
-def rendezvous_timeout_message(absent: list[Absent], waited: list[int], join_timeout: int) -> str:
-    """The message of a rendezvous that launchers reported as timed out."""
+def rendezvous_timeout_message(absent: list[Absent], waited: list[str], join_timeout: int) -> str:
+    """The message of a rendezvous that launchers reported as timed out; `waited` names the
+    pods that arrived."""
     text = f"rendezvous did not complete: {describe_absent(absent)}"
     if waited:
-        text += f"; {_ranks(waited)} waited joinTimeoutSeconds ({join_timeout}s) for it"
+        text += f"; {_pods(waited)} waited joinTimeoutSeconds ({join_timeout}s) for it"
     return text
 
 
@@ -156,11 +161,17 @@ class Quiet:
     pod: str
     node: str | None
     since: float  # when it turned NotReady
+    node_rank: int | None = None
 
 
-def quiet_pods(pods: Mapping[int, PodView], rendezvous_at: float | None) -> list[Quiet]:
+def quiet_pods(
+    pods: Mapping[int, PodView],
+    rendezvous_at: float | None,
+    node_ranks: Mapping[int, int] | None = None,
+) -> list[Quiet]:
     """Running pods that took part in the rendezvous (started before it completed) and are
-    NotReady now, earliest first. Elastic replacements that joined later are not judged."""
+    NotReady now, earliest first. Elastic replacements that joined later are not judged.
+    `node_ranks`: torchrun's node rank per index, where known, for the messages."""
     if rendezvous_at is None:
         return []
     out = []
@@ -171,7 +182,8 @@ def quiet_pods(pods: Mapping[int, PodView], rendezvous_at: float | None) -> list
         since = seconds(pod.ready_since)
         if started is None or started > rendezvous_at or since is None:
             continue
-        out.append(Quiet(i, pod.name, pod.node, max(since, rendezvous_at)))
+        rank = (node_ranks or {}).get(i)
+        out.append(Quiet(i, pod.name, pod.node, max(since, rendezvous_at), rank))
     return sorted(out, key=lambda q: (q.since, q.node_index))
 
 
@@ -185,13 +197,49 @@ def stalled(quiet: list[Quiet], now: float) -> tuple[list[Quiet], float | None]:
 
 
 def stall_message(due: list[Quiet], timeout: int) -> str:
-    who = "; ".join(
-        f"node rank {q.node_index} (pod {q.pod}"
-        + (f", node {q.node}" if q.node else "")
-        + f") NotReady since {fmt(q.since)}"
-        for q in due
-    )
+    who = "; ".join(f"{_where(q)} NotReady since {fmt(q.since)}" for q in due)
     return (
-        f"{_ranks([q.node_index for q in due])} reported no training progress for "
+        f"{_pods([q.pod for q in due])} reported no training progress for "
         f"runPolicy.progressTimeoutSeconds ({timeout}s): {who}"
+    )
+
+
+def _where(q: Quiet) -> str:
+    parts = [f"index {q.node_index}"]
+    if q.node_rank is not None:
+        parts.append(f"node rank {q.node_rank}")
+    if q.node:
+        parts.append(f"node {q.node}")
+    return f"pod {q.pod} ({', '.join(parts)})"
+
+
+def outside_collective(
+    pods: Mapping[int, tuple[str, Live | None]],
+) -> tuple[int, StackSummary, bool] | None:
+    """From the stacks the launchers of stalled pods dumped (docs/progress.md): the rank that
+    is not inside a collective, with its pod's index, and whether other ranks wait in one;
+    None when there are no stacks or every rank is inside one. Earliest stall first, then
+    the lowest rank."""
+    found: list[tuple[float, int, int, StackSummary]] = []
+    waiting = False
+    for i, (_, live) in pods.items():
+        if live is None or live.stall_at is None:
+            continue
+        for stack in live.stacks:
+            if stack.in_collective:
+                waiting = True
+            else:
+                found.append((live.stall_at, stack.rank, i, stack))
+    if not found:
+        return None
+    _, _, index, stack = min(found, key=lambda f: (f[0], f[1]))
+    return index, stack, waiting
+
+
+def culprit_message(stack: StackSummary, pod: str, others_waiting: bool) -> str:
+    at = f" at {stack.location}" if stack.location else ""
+    others = " while other ranks wait in one" if others_waiting else ""
+    return (
+        f"rank {stack.rank} (pod {pod}) is not inside a collective{at}{others} "
+        "(full stacks in the pod logs)"
     )

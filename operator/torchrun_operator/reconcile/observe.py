@@ -1,9 +1,12 @@
-"""Read what a pod says about its node rank: phase, readiness, the launcher's report."""
+"""Read what a pod says about itself: phase, readiness, the launcher's final report, and what
+its launcher's status endpoint said while it ran (the live rank map and progress)."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import names
@@ -57,7 +60,7 @@ class PodView:
     """The parts of a pod the reconciler reasons about."""
 
     name: str
-    node_index: int | None
+    node_index: int | None  # the pod's index (label torchrun.dev/index)
     attempt: int | None
     owner_uid: str | None
     phase: str
@@ -73,6 +76,8 @@ class PodView:
     report: dict[str, Any] | None
     disruption: str | None  # reason of a DisruptionTarget=True condition
     ready_since: object = None  # lastTransitionTime of the Ready condition
+    uid: str | None = None
+    ip: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -114,9 +119,10 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
     message = status.get("message") or waiting.get("message")
     if reason is None and unscheduled.get("status") == "False":
         reason, message = unscheduled.get("reason"), unscheduled.get("message")
+    index = labels.get(names.LABEL_INDEX, labels.get(names.LABEL_NODE_RANK))
     return PodView(
         name=meta.get("name", ""),
-        node_index=_int(labels.get(names.LABEL_NODE_RANK)),
+        node_index=_int(index),
         attempt=_int(labels.get(names.LABEL_ATTEMPT)),
         owner_uid=owner,
         phase=status.get("phase") or "Pending",
@@ -132,19 +138,159 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
         report=parse_report(term.get("message")),
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
         ready_since=(conditions.get("Ready") or {}).get("lastTransitionTime"),
+        uid=meta.get("uid"),
+        ip=status.get("podIP"),
     )
 
 
-def rank_entry(node_index: int, pod: PodView) -> dict[str, Any]:
-    """One compact status.ranks entry; unset fields are left out."""
+# ---- the launcher's status endpoint (docs/pod-contract.md) -----------------------------------
+
+MAX_LOCATION = 256  # a stack frame, "file:line in function"
+
+
+def _nonneg_int(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class StackSummary:
+    """One worker's stacks, dumped when its pod stalled: where it is, and whether that is
+    inside a collective (torch.distributed) or not."""
+
+    rank: int
+    in_collective: bool
+    location: str | None
+
+
+@dataclass(frozen=True)
+class Live:
+    """What a running pod's launcher answered on GET /status, read at `at` (operator clock).
+    Everything untrusted is checked here: a pod's answer can only ever describe that pod."""
+
+    at: float
+    state: str | None = None
+    group_rank: int | None = None
+    ranks: list[int] = field(default_factory=list)
+    round: int | None = None
+    restarts: int | None = None
+    step: int | None = None
+    total: int | None = None
+    steps_per_second: float | None = None
+    step_seconds: float | None = None
+    last_step_at: float | None = None
+    window_full: bool = False
+    stall_at: float | None = None
+    stacks: list[StackSummary] = field(default_factory=list)
+
+
+def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | None:
+    """A reader's result ({"at": <operator clock>, "data": <the endpoint's JSON>}) as Live, or
+    None when it is garbled or from another pod or attempt (an IP reused by another pod)."""
+    if not isinstance(read, Mapping):
+        return None
+    at, data = _number(read.get("at")), read.get("data")
+    if at is None or not isinstance(data, Mapping) or data.get("v") != 1:
+        return None
+    if rdzv_id is not None and data.get("rdzvId") not in (None, rdzv_id):
+        return None
+    if index is not None and data.get("index") not in (None, index):
+        return None
+    ranks = data.get("ranks")
+    progress = data.get("progress")
+    progress = progress if isinstance(progress, Mapping) else {}
+    stall = data.get("stall")
+    stall = stall if isinstance(stall, Mapping) else {}
+    raw_stacks = stall.get("stacks")
+    stacks = []
+    for s in raw_stacks if isinstance(raw_stacks, list) else []:
+        if isinstance(s, Mapping) and _nonneg_int(s.get("rank")) is not None:
+            where = s.get("at")
+            stacks.append(
+                StackSummary(
+                    int(s["rank"]),
+                    bool(s.get("inCollective")),
+                    truncate(str(where), MAX_LOCATION) if where else None,
+                )
+            )
+    state = data.get("state")
+    return Live(
+        at=at,
+        state=state if isinstance(state, str) else None,
+        group_rank=_nonneg_int(data.get("groupRank")),
+        ranks=sorted({r for r in ranks if _nonneg_int(r) is not None})
+        if isinstance(ranks, list)
+        else [],
+        round=_nonneg_int(data.get("round")),
+        restarts=_nonneg_int(data.get("restarts")),
+        step=_nonneg_int(progress.get("step")),
+        total=_nonneg_int(progress.get("total")),
+        steps_per_second=_rate(progress.get("stepsPerSecond")),
+        step_seconds=_rate(progress.get("stepSeconds")),
+        last_step_at=_unix_time(progress.get("lastStepAt")),
+        window_full=progress.get("windowFull") is True,
+        stall_at=_unix_time(stall.get("at")),
+        stacks=stacks,
+    )
+
+
+def _rate(value: object) -> float | None:
+    t = _number(value)
+    return t if t is not None and t >= 0 else None
+
+
+def _unix_time(value: object) -> float | None:
+    """Unix seconds from a pod's clock, if plausible (1970 to 2100): it is formatted later."""
+    t = _number(value)
+    return t if t is not None and 0 < t < 4102444800 else None
+
+
+def _sig3(value: float) -> float:
+    """Three significant digits: enough to read, and the status does not change with noise."""
+    return float(f"{value:.3g}")
+
+
+def rank_entry(
+    index: int,
+    pod: PodView,
+    live: Live | None = None,
+    before: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One compact status.ranks entry; unset fields are left out. What the pod knows about
+    its rendezvous comes from its launcher's final report, else what its status endpoint said
+    (`live`), else what the status said before for the same pod (`before`)."""
     report = pod.report or {}
-    entry: dict[str, Any] = {"nodeRank": node_index, "pod": pod.name, "node": pod.node}
-    entry["phase"] = "Terminating" if pod.terminating and not pod.terminal else pod.phase
-    entry["ready"] = pod.ready
+    same: Mapping[str, Any] = before if before and before.get("pod") == pod.name else {}
+    lv = live or Live(at=0.0)
+    entry: dict[str, Any] = {"index": index, "pod": pod.name, "node": pod.node}
+
+    def first(*values: object) -> Any:
+        return next((v for v in values if v is not None), None)
+
+    entry["nodeRank"] = first(
+        _nonneg_int(report.get("groupRank")), lv.group_rank, _nonneg_int(same.get("nodeRank"))
+    )
     if pod.global_ranks:
         entry["globalRanks"] = format_ranks(pod.global_ranks)
-    if isinstance(report.get("restarts"), int):
-        entry["restarts"] = report["restarts"]
+    elif lv.ranks:
+        entry["globalRanks"] = format_ranks(lv.ranks)
+    else:
+        entry["globalRanks"] = same.get("globalRanks")
+    entry["round"] = first(
+        _nonneg_int(report.get("round")), lv.round, _nonneg_int(same.get("round"))
+    )
+    entry["phase"] = "Terminating" if pod.terminating and not pod.terminal else pod.phase
+    entry["ready"] = pod.ready
+    entry["restarts"] = first(
+        _nonneg_int(report.get("restarts")), lv.restarts, _nonneg_int(same.get("restarts"))
+    )
     entry["exitCode"] = pod.exit_code
     if pod.phase != "Succeeded":
         state = report.get("state")
@@ -158,4 +304,12 @@ def rank_entry(node_index: int, pod: PodView) -> dict[str, Any]:
     started, finished = parse(pod.started_at), parse(pod.finished_at)
     entry["startedAt"] = fmt(started) if started else None
     entry["finishedAt"] = fmt(finished) if finished else None
+    entry["step"] = first(_nonneg_int(report.get("step")), lv.step, _nonneg_int(same.get("step")))
+    if not pod.terminal:
+        rate = lv.steps_per_second if live else _rate(same.get("stepsPerSecond"))
+        per_step = lv.step_seconds if live else _rate(same.get("stepSeconds"))
+        entry["stepsPerSecond"] = _sig3(rate) if rate is not None else None
+        entry["stepSeconds"] = _sig3(per_step) if per_step is not None else None
+    last = fmt(lv.last_step_at) if lv.last_step_at is not None else None
+    entry["lastStepAt"] = last or same.get("lastStepAt")
     return {k: v for k, v in entry.items() if v is not None}

@@ -43,6 +43,8 @@ class Candidate:
     rank: int | None = None
     exit_code: int | None = None
     message: str | None = None
+    node_rank: int | None = None  # torchrun's node rank of the pod, when known
+    location: str | None = None  # a hang: where the rank outside any collective is
 
 
 def _float(value: object) -> float | None:
@@ -107,6 +109,7 @@ def pod_candidates(
     at = finished if finished is not None else now
     report = pod.report or {}
     state = report.get("state")
+    group_rank = _int_or_none(report.get("groupRank"))
     if state in ("RendezvousTimeout", "DNSTimeout"):
         return [
             Candidate(
@@ -118,6 +121,7 @@ def pod_candidates(
                 at,
                 exit_code=pod.exit_code,
                 message=truncate(str(report.get("message") or "")) or pod.message,
+                node_rank=group_rank,
             )
         ]
     out: list[Candidate] = []
@@ -137,6 +141,7 @@ def pod_candidates(
                 rank=_int_or_none(f.get("rank")),
                 exit_code=_int_or_none(f.get("exitCode")),
                 message=truncate(str(f["error"])) if f.get("error") else None,
+                node_rank=group_rank,
             )
         )
     if out:
@@ -157,6 +162,7 @@ def pod_candidates(
             at,
             exit_code=pod.exit_code,
             message=pod.message,
+            node_rank=group_rank,
         )
     ]
 

@@ -17,10 +17,18 @@ from everywhere, which would punch through a namespace's default-deny policy. Ad
 the job's pods only is the one choice that never widens what a cluster already allows; a user
 who wants more (Prometheus scraping a trainer, TensorBoard) adds a policy of their own, which
 adds to this one. See docs/security.md.
+
+One more port is admitted from one more peer: the launcher's read-only status endpoint
+(api/names.STATUS_PORT, docs/pod-contract.md), which the operator reads for the live rank map
+and progress, from the operator's own pods (its namespace, and the label the chart gives them)
+and from nothing else, so it too never widens what a cluster allows. An operator that does not
+know its namespace (it runs outside the cluster) cannot be named by a policy: the rule is left
+out, and reads from outside the pod network are the CNI's business (nodes are admitted).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import names
@@ -29,6 +37,18 @@ from .sizing import job_spec
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
+# The label the chart gives the operator's pods.
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "torchrun-operator"}
+# Every namespace carries it (Kubernetes >= 1.21 sets it, immutable).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@dataclass(frozen=True)
+class OperatorPeer:
+    """Where the operator's pods run, to admit them to the launcher's status port."""
+
+    namespace: str
+    labels: dict[str, str] = field(default_factory=lambda: dict(OPERATOR_POD_LABELS))
 
 
 def wants_network_policy(job: dict[str, Any], default: bool) -> bool:
@@ -38,12 +58,30 @@ def wants_network_policy(job: dict[str, Any], default: bool) -> bool:
     return default if enabled is None else enabled
 
 
-def render_network_policy(job: dict[str, Any]) -> dict[str, Any]:
+def render_network_policy(
+    job: dict[str, Any], operator: OperatorPeer | None = None
+) -> dict[str, Any]:
     """Ingress only: egress (DNS, the dataset, the checkpoint store) is none of the operator's
     business. The peer is a podSelector without a namespaceSelector, so it matches pods of the
-    job's own namespace only: a pod elsewhere carrying the same label is not admitted."""
+    job's own namespace only: a pod elsewhere carrying the same label is not admitted. With
+    `operator`, its pods may also reach the status port (and only that port)."""
     name = job["metadata"]["name"]
     job_pods = {"matchLabels": {names.LABEL_JOB_NAME: name}}
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": job_pods}]}]
+    if operator is not None:
+        ingress.append(
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {NAMESPACE_NAME_LABEL: operator.namespace}
+                        },
+                        "podSelector": {"matchLabels": dict(operator.labels)},
+                    }
+                ],
+                "ports": [{"port": names.STATUS_PORT, "protocol": "TCP"}],
+            }
+        )
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -52,8 +90,9 @@ def render_network_policy(job: dict[str, Any]) -> dict[str, Any]:
         "spec": {
             "podSelector": job_pods,
             "policyTypes": ["Ingress"],
-            # No `ports`: every port and protocol, the rendezvous port included, from the
-            # job's pods alone (module docstring: the collectives' ports are ephemeral).
-            "ingress": [{"from": [{"podSelector": job_pods}]}],
+            # The first rule has no `ports`: every port and protocol, the rendezvous port
+            # included, from the job's pods alone (module docstring: the collectives' ports
+            # are ephemeral). The second, the status port from the operator's pods.
+            "ingress": ingress,
         },
     }

@@ -1,4 +1,4 @@
-"""One training pod per node index; see docs/pod-contract.md for what the launcher expects."""
+"""One training pod per index; see docs/pod-contract.md for what the launcher expects."""
 
 from __future__ import annotations
 
@@ -42,11 +42,16 @@ OWNED_ENV = (
     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
     "TORCHRUN_OPERATOR_STATE_DIR",
     "TORCHRUN_OPERATOR_DNS_TIMEOUT",
+    "TORCHRUN_OPERATOR_INDEX",
     "TORCHRUN_OPERATOR_NODE_RANK",
     "TORCHRUN_OPERATOR_PROGRESS_FILE",
     "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT",
+    "TORCHRUN_OPERATOR_PROGRESS_WINDOW",
+    "TORCHRUN_OPERATOR_STATUS_PORT",
     "TORCHRUN_OPERATOR_LOCAL_RANK_ARG",
 )
+# The launcher averages step times over this window unless spec.monitoring.straggler sets one.
+DEFAULT_PROGRESS_WINDOW_SECONDS = 60
 
 
 def restarts_possible(spec: JobSpec) -> bool:
@@ -80,6 +85,11 @@ def torchrun_args(job: dict[str, Any], node_index: int, attempt: int) -> list[st
     ]
 
 
+def _window(spec: JobSpec) -> int:
+    straggler = spec.monitoring.straggler
+    return straggler.window_seconds if straggler else DEFAULT_PROGRESS_WINDOW_SECONDS
+
+
 def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -88,8 +98,12 @@ def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
             "name": "TORCHRUN_OPERATOR_DNS_TIMEOUT",
             "value": str(spec.rendezvous.dns_timeout_seconds),
         },
+        {"name": "TORCHRUN_OPERATOR_INDEX", "value": str(node_index)},
+        # Deprecated name of the index (it is not torchrun's node rank), kept for scripts.
         {"name": "TORCHRUN_OPERATOR_NODE_RANK", "value": str(node_index)},
         {"name": "TORCHRUN_OPERATOR_PROGRESS_FILE", "value": PROGRESS_FILE},
+        {"name": "TORCHRUN_OPERATOR_PROGRESS_WINDOW", "value": str(_window(spec))},
+        {"name": "TORCHRUN_OPERATOR_STATUS_PORT", "value": str(names.STATUS_PORT)},
     ]
     timeout = spec.run_policy.progress_timeout_seconds
     if timeout is not None:
@@ -132,6 +146,11 @@ def _trainer(
     ports = list(container.get("ports") or [])
     if not any(p.get("name") == "c10d" or p.get("containerPort") == port for p in ports):
         ports.append({"name": "c10d", "containerPort": port, "protocol": "TCP"})
+    if not any(p.get("containerPort") == names.STATUS_PORT for p in ports):
+        # The launcher's read-only status endpoint, which the operator reads (pod contract).
+        ports.append(
+            {"name": names.STATUS_PORT_NAME, "containerPort": names.STATUS_PORT, "protocol": "TCP"}
+        )
     container["ports"] = ports
     # Ready means "rendezvous done, training": the launcher creates the file afterwards.
     container["readinessProbe"] = {
@@ -184,7 +203,8 @@ def render_pod(
     metadata["labels"] = {
         **(tmeta.get("labels") or {}),
         names.LABEL_JOB_NAME: job_name,
-        names.LABEL_NODE_RANK: str(node_index),
+        names.LABEL_INDEX: str(node_index),
+        names.LABEL_NODE_RANK: str(node_index),  # deprecated name of the index
         names.LABEL_ATTEMPT: str(attempt),
     }
     if tmeta.get("annotations"):

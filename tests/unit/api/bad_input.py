@@ -109,6 +109,24 @@ CASES: list[Case] = [
     Case("procs-not-gpu", {"spec.nprocPerNode": "cpu"}, "nprocPerNode"),
     Case("port-out-of-range", {"spec.rendezvous.port": 70000}, "port"),
     Case(
+        "port-is-the-status-port",
+        {"spec.rendezvous.port": 29401},
+        "status port",
+        why="29401 is the launcher's status endpoint in every pod",
+    ),
+    Case(
+        "straggler-factor-too-small",
+        {"spec.monitoring.straggler": {"factor": 1.0}},
+        "factor",
+        why="a straggler is at least 1.1 times the median",
+    ),
+    Case(
+        "straggler-window-too-short",
+        {"spec.monitoring.straggler": {"windowSeconds": 1}},
+        "windowSeconds",
+        why="a window of at least 5 s",
+    ),
+    Case(
         "deadline-too-long",
         {"spec.runPolicy.activeDeadlineSeconds": 99999999999},
         "activeDeadlineSeconds",

@@ -47,13 +47,14 @@ def failed_job() -> dict[str, Any]:
                     "at": "2026-11-26T11:10:00Z",
                     "kind": "infrastructure",
                     "reason": "NodeLost",
-                    "nodeRank": 0,
+                    "index": 0,
+                    "step": 1200,
                 },
                 {
                     "attempt": 2,
                     "at": "2026-11-26T11:20:00Z",
                     "kind": "user",
-                    "rank": 11,
+                    "rank": 3,
                     "reason": "Error",
                 },
             ],
@@ -67,20 +68,22 @@ def failed_job() -> dict[str, Any]:
             ],
             "ranks": [
                 {
-                    "nodeRank": 1,
+                    "index": 1,
+                    "nodeRank": 0,
                     "pod": "llama-1",
                     "node": "gpu-node-3",
-                    "globalRanks": "8-15",
+                    "globalRanks": "0-7",
                     "phase": "Failed",
                     "restarts": 2,
                     "exitCode": 1,
                     "reason": "Error",
                 },
                 {
-                    "nodeRank": 0,
+                    "index": 0,
+                    "nodeRank": 1,
                     "pod": "llama-0",
                     "node": "gpu-node-17",
-                    "globalRanks": "0-7",
+                    "globalRanks": "8-15",
                     "phase": "Failed",
                     "restarts": 2,
                     "exitCode": 143,
@@ -88,8 +91,9 @@ def failed_job() -> dict[str, Any]:
                 },
             ],
             "failure": {
-                "rank": 11,
-                "nodeRank": 1,
+                "rank": 3,
+                "index": 1,
+                "nodeRank": 0,
                 "pod": "llama-1",
                 "node": "gpu-node-3",
                 "exitCode": 1,
@@ -194,23 +198,26 @@ def test_status_summary_rank_table_and_root_cause() -> None:
     assert "Failed=True (BackoffLimitExceeded): 2 gang restarts" in text
 
     lines = text.splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("NODE-RANK"))
+    header = next(i for i, line in enumerate(lines) if line.startswith("INDEX"))
     assert lines[header].split() == [
-        "NODE-RANK",
+        "INDEX",
         "POD",
         "NODE",
+        "NODE-RANK",
         "GLOBAL-RANKS",
         "PHASE",
         "RESTARTS",
         "EXIT",
         "REASON",
     ]
-    # sorted by node rank, whatever order the status lists them in
+    # sorted by pod index, whatever order the status lists them in; the node rank is
+    # torchrun's, which c10d assigned in another order
     assert lines[header + 1].split() == [
         "0",
         "llama-0",
         "gpu-node-17",
-        "0-7",
+        "1",
+        "8-15",
         "Failed",
         "2",
         "143",
@@ -220,7 +227,8 @@ def test_status_summary_rank_table_and_root_cause() -> None:
         "1",
         "llama-1",
         "gpu-node-3",
-        "8-15",
+        "0",
+        "0-7",
         "Failed",
         "2",
         "1",
@@ -231,15 +239,33 @@ def test_status_summary_rank_table_and_root_cause() -> None:
 def test_status_lists_gang_restarts() -> None:
     lines = fmt.format_job_status(failed_job(), NOW).splitlines()
     start = lines.index("Restarts:")
-    assert lines[start + 1].split() == ["ATTEMPT", "AT", "KIND", "RANK", "REASON"]
+    assert lines[start + 1].split() == [
+        "ATTEMPT",
+        "AT",
+        "KIND",
+        "RANK",
+        "INDEX",
+        "STEP",
+        "REASON",
+    ]
     assert lines[start + 2].split() == [
         "1",
         "2026-11-26T11:10:00Z",
         "infrastructure",
         "<none>",
+        "0",
+        "1200",
         "NodeLost",
     ]
-    assert lines[start + 3].split() == ["2", "2026-11-26T11:20:00Z", "user", "11", "Error"]
+    assert lines[start + 3].split() == [
+        "2",
+        "2026-11-26T11:20:00Z",
+        "user",
+        "3",
+        "<none>",
+        "<none>",
+        "Error",
+    ]
 
 
 def test_list_prefers_ready_over_running() -> None:
@@ -251,7 +277,9 @@ def test_list_prefers_ready_over_running() -> None:
 def test_root_cause_is_shown_in_full() -> None:
     text = fmt.format_job_status(failed_job(), NOW)
     cause = text[text.index("Root cause:") :]
-    assert "rank: 11" in cause
+    assert "rank: 3" in cause
+    assert "index: 1" in cause
+    assert "node rank: 0" in cause
     assert "pod: llama-1" in cause
     assert "node: gpu-node-3" in cause
     assert "exit code: 1" in cause
@@ -264,15 +292,59 @@ def test_status_before_pods_exist() -> None:
     job = {"metadata": {"name": "x", "namespace": "d"}, "status": {}}
     text = fmt.format_job_status(job, NOW)
     assert "Pending" in text
-    assert "NODE-RANK" not in text
+    assert "INDEX" not in text
     assert "Root cause" not in text
 
 
 def test_rank_entry_without_exit_or_node_prints_placeholders() -> None:
     job = running_job()
-    job["status"]["ranks"] = [{"nodeRank": 0, "pod": "bert-0", "phase": "Pending"}]
+    job["status"]["ranks"] = [{"index": 0, "pod": "bert-0", "phase": "Pending"}]
     row = fmt.format_job_status(job, NOW).splitlines()[-1].split()
-    assert row == ["0", "bert-0", "<none>", "<none>", "Pending", "0", "-", "<none>"]
+    assert row == ["0", "bert-0", "<none>", "<none>", "<none>", "Pending", "0", "-", "<none>"]
+
+
+def test_status_written_by_an_older_operator_reads_nodeRank_as_the_index() -> None:
+    job = running_job()
+    job["status"]["ranks"] = [{"nodeRank": 1, "pod": "bert-1", "phase": "Running"}]
+    row = fmt.format_job_status(job, NOW).splitlines()[-1].split()
+    assert row[:6] == ["1", "bert-1", "<none>", "<none>", "<none>", "Running"]
+    assert fmt.find_rank_entry(job, index=1)["pod"] == "bert-1"
+
+
+def test_live_progress_shows_per_pod_steps_and_the_job_eta() -> None:
+    job = running_job()
+    job["status"]["ranks"] = [
+        {
+            "index": 0,
+            "pod": "bert-0",
+            "nodeRank": 1,
+            "globalRanks": "2-3",
+            "round": 0,
+            "phase": "Running",
+            "step": 120,
+            "stepsPerSecond": 2.5,
+            "lastStepAt": "2026-11-26T11:59:57Z",
+        },
+        {"index": 1, "pod": "bert-1", "nodeRank": 0, "globalRanks": "0-1", "phase": "Running"},
+    ]
+    job["status"]["progress"] = {
+        "step": 120,
+        "totalSteps": 1000,
+        "stepsPerSecond": 2.5,
+        "eta": "2026-11-26T12:05:49Z",
+    }
+    text = fmt.format_job_status(job, NOW)
+    assert "Progress:   step 120/1000, 2.5 steps/s, ETA 2026-11-26T12:05:49Z (in 5m49s)" in text
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("INDEX"))
+    assert lines[header].split()[6:9] == ["STEP", "STEPS/S", "LAST-STEP"]
+    assert lines[header + 1].split() == [
+        *["0", "bert-0", "<none>", "1", "2-3", "Running", "120", "2.5", "3s", "ago"],
+        *["0", "-", "<none>"],
+    ]
+    assert lines[header + 2].split()[6:9] == ["<none>", "<none>", "<none>"]
+    assert fmt.find_rank_entry(job, rank=1)["pod"] == "bert-1"
+    assert fmt.find_rank_entry(job, node_rank=1)["pod"] == "bert-0"
 
 
 @pytest.mark.parametrize(
@@ -289,11 +361,12 @@ def test_malformed_rank_ranges_are_a_user_facing_error(text: str) -> None:
         fmt.parse_rank_ranges(text)
 
 
-def test_find_rank_by_global_rank_and_node_rank() -> None:
+def test_find_rank_by_global_rank_node_rank_and_index() -> None:
     job = failed_job()
-    assert fmt.find_rank_entry(job, rank=11)["pod"] == "llama-1"
-    assert fmt.find_rank_entry(job, rank=0)["pod"] == "llama-0"
-    assert fmt.find_rank_entry(job, node_rank=1)["pod"] == "llama-1"
+    assert fmt.find_rank_entry(job, rank=11)["pod"] == "llama-0"
+    assert fmt.find_rank_entry(job, rank=0)["pod"] == "llama-1"
+    assert fmt.find_rank_entry(job, node_rank=1)["pod"] == "llama-0"
+    assert fmt.find_rank_entry(job, index=1)["pod"] == "llama-1"
 
 
 def test_find_rank_out_of_range_says_world_size() -> None:
@@ -301,13 +374,17 @@ def test_find_rank_out_of_range_says_world_size() -> None:
         fmt.find_rank_entry(failed_job(), rank=16)
     with pytest.raises(fmt.FormatError, match="no node rank 5"):
         fmt.find_rank_entry(failed_job(), node_rank=5)
+    with pytest.raises(fmt.FormatError, match="no pod index 5"):
+        fmt.find_rank_entry(failed_job(), index=5)
 
 
-def test_find_rank_before_rendezvous_points_to_node_rank() -> None:
+def test_find_rank_before_rendezvous_points_to_the_index() -> None:
     job = running_job()
-    job["status"]["ranks"] = [{"nodeRank": 0, "pod": "bert-0"}]
-    with pytest.raises(fmt.FormatError, match="not assigned yet.*--node-rank"):
+    job["status"]["ranks"] = [{"index": 0, "pod": "bert-0"}]
+    with pytest.raises(fmt.FormatError, match="not assigned yet.*--index"):
         fmt.find_rank_entry(job, rank=0)
+    with pytest.raises(fmt.FormatError, match="not known yet.*--index"):
+        fmt.find_rank_entry(job, node_rank=0)
 
 
 def test_json_and_yaml_output_round_trip() -> None:
@@ -354,7 +431,12 @@ def test_logs_by_rank_reads_the_pod_holding_it() -> None:
     kube = FakeKube([failed_job()])
     args = build_parser().parse_args(["logs", "llama", "--rank", "9", "-n", "team-a"])
     assert run(args, kube, NOW) == ""  # type: ignore[arg-type]
-    assert kube.logs == [("team-a", "llama-1")]
+    assert kube.logs == [("team-a", "llama-0")]
+    for flag, value, pod in (("--node-rank", "0", "llama-1"), ("--index", "0", "llama-0")):
+        kube.logs.clear()
+        args = build_parser().parse_args(["logs", "llama", flag, value, "-n", "team-a"])
+        assert run(args, kube, NOW) == ""  # type: ignore[arg-type]
+        assert kube.logs == [("team-a", pod)]
 
 
 def test_missing_job_is_a_clear_error() -> None:
@@ -394,12 +476,12 @@ def test_logs_the_api_server_cannot_fetch_name_the_pod_and_node() -> None:
     with pytest.raises(fmt.FormatError) as err:
         run(args, kube, NOW)  # type: ignore[arg-type]
     text = str(err.value)
-    assert "pod llama-1 (node rank 1, node " in text
+    assert "pod llama-0 (index 0, node rank 1, node " in text
     assert "kubelet" in text and "containerLogs" in text
 
 
 def test_logs_of_a_deleted_pod_say_so() -> None:
     kube = BrokenLogs([failed_job()], 404, "")
     args = build_parser().parse_args(["logs", "llama", "--rank", "9"])
-    with pytest.raises(fmt.FormatError, match="pod llama-1 .* is gone"):
+    with pytest.raises(fmt.FormatError, match="pod llama-0 .* is gone"):
         run(args, kube, NOW)  # type: ignore[arg-type]

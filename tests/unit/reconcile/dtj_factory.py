@@ -49,17 +49,21 @@ def report(
     failures: list[dict[str, Any]] | None = None,
     restarts: int = 0,
     message: str | None = None,
+    group_rank: int | None = 0,
+    step: int | None = None,
 ) -> str:
     body: dict[str, Any] = {
         "v": 1,
         "state": state,
-        "groupRank": 0,
+        "groupRank": group_rank,
         "ranks": ranks or [],
         "restarts": restarts,
         "failures": failures or [],
     }
     if message is not None:
         body["message"] = message
+    if step is not None:
+        body["step"] = step
     return json.dumps(body)
 
 

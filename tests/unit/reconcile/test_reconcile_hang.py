@@ -60,10 +60,10 @@ def test_rendezvous_timeout_names_the_unschedulable_node_rank() -> None:
     assert status["phase"] == "Failed"
     failure = status["failure"]
     assert failure["reason"] == "RendezvousTimeout"
-    assert (failure["nodeRank"], failure["pod"]) == (2, "job-2")
-    assert "node rank 2 (pod job-2) never started (Pending: Unschedulable" in failure["message"]
+    assert (failure["index"], failure["pod"]) == (2, "job-2")
+    assert "pod job-2 (index 2) never started (Pending: Unschedulable" in failure["message"]
     assert "Insufficient cpu" in failure["message"]
-    assert "node ranks 0, 1 waited joinTimeoutSeconds (20s)" in failure["message"]
+    assert "pods job-0, job-1 waited joinTimeoutSeconds (20s)" in failure["message"]
     assert "job-2" in cond(status, "Failed")["message"]
     JobStatus.model_validate(status)
 
@@ -77,9 +77,9 @@ def test_a_launcher_that_started_later_is_still_waiting_not_absent() -> None:
     ]
     plan, _, _ = step(job, pods, 22)
     failure = plan.status["failure"]
-    assert failure["nodeRank"] == 2
-    assert "node rank 1" not in failure["message"].split(";")[0]
-    assert "node ranks 0, 1 waited" in failure["message"]
+    assert failure["index"] == 2
+    assert "job-1" not in failure["message"].split(";")[0]
+    assert "pods job-0, job-1 waited" in failure["message"]
 
 
 def test_a_pod_that_lost_the_store_host_had_joined() -> None:
@@ -91,8 +91,8 @@ def test_a_pod_that_lost_the_store_host_had_joined() -> None:
         unschedulable(pods[2]),
     ]
     plan, _, _ = step(job, pods, 22)
-    assert plan.status["failure"]["nodeRank"] == 2
-    assert "node ranks 0, 1 waited" in plan.status["failure"]["message"]
+    assert plan.status["failure"]["index"] == 2
+    assert "pods job-0, job-1 waited" in plan.status["failure"]["message"]
 
 
 def test_rendezvous_timeout_names_a_running_pod_whose_launcher_never_joined() -> None:
@@ -104,15 +104,16 @@ def test_rendezvous_timeout_names_a_running_pod_whose_launcher_never_joined() ->
     ]
     plan, _, _ = step(job, pods, 1 + 600 + hang.STALL_GRACE_SECONDS)
     failure = plan.status["failure"]
-    assert failure["nodeRank"] == 1
-    assert "node rank 1 (pod job-1) is Running but never joined" in failure["message"]
-    assert "node rank 0" not in failure["message"].split("waited")[0]
+    assert failure["index"] == 1
+    assert "pod job-1 (index 1) is Running but never joined" in failure["message"]
+    assert "job-0" not in failure["message"].split(";")[0]
+    assert "pods job-0, job-2 waited" in failure["message"]
 
 
 def test_dns_timeout_keeps_the_reporting_pod_as_cause() -> None:
     job, pods = start(make_job(nodes=1))
     plan, _, _ = step(job, [set_terminated(pods[0], 1, report("DNSTimeout", message="no"))], 30)
-    assert plan.status["failure"]["nodeRank"] == 0
+    assert plan.status["failure"]["index"] == 0
     assert plan.status["failure"]["message"] == "no"
 
 
@@ -133,10 +134,10 @@ def test_hung_rendezvous_with_every_launcher_silent_fails_after_timeout_and_marg
     assert status["phase"] == "Failed"
     assert cond(status, "Failed")["reason"] == "RendezvousTimeout"
     failure = status["failure"]
-    assert failure["kind"] == "rendezvous" and failure["nodeRank"] == 0
+    assert failure["kind"] == "rendezvous" and failure["index"] == 0
     assert "no launcher reported" in failure["message"]
-    assert "node rank 0 (pod job-0) is Running but never joined" in failure["message"]
-    assert "node rank 1 (pod job-1)" in failure["message"]
+    assert "pod job-0 (index 0) is Running but never joined" in failure["message"]
+    assert "pod job-1 (index 1)" in failure["message"]
     assert status["counters"]["userFailures"] == 1
     assert sorted(plan.delete) == ["job-0", "job-1"]  # KeepFailed: Running pods go
 
@@ -145,8 +146,8 @@ def test_hung_rendezvous_names_only_the_pods_that_are_not_ready() -> None:
     job, pods = start(make_job(nodes=2))
     pods = [running(pods[0], True), running(pods[1], False)]
     plan, _, _ = step(job, pods, 1 + 600 + hang.RENDEZVOUS_MARGIN_SECONDS)
-    assert plan.status["failure"]["nodeRank"] == 1
-    assert "node rank 0" not in plan.status["failure"]["message"]
+    assert plan.status["failure"]["index"] == 1
+    assert "job-0" not in plan.status["failure"]["message"]
 
 
 def test_a_pod_that_never_starts_fails_the_rendezvous_on_the_timer() -> None:
@@ -158,8 +159,8 @@ def test_a_pod_that_never_starts_fails_the_rendezvous_on_the_timer() -> None:
     plan, _, _ = step(job, [pods[0], running(pods[1], False)], 5000)
     assert plan.status["phase"] == "Failed"
     failure = plan.status["failure"]
-    assert failure["reason"] == "RendezvousTimeout" and failure["nodeRank"] == 0
-    assert "node rank 0" in failure["message"] and "never started" in failure["message"]
+    assert failure["reason"] == "RendezvousTimeout" and failure["index"] == 0
+    assert "pod job-0 (index 0)" in failure["message"] and "never started" in failure["message"]
 
 
 def test_no_hang_timer_before_any_pod_runs_or_after_rendezvous() -> None:
@@ -198,8 +199,8 @@ def test_a_pod_that_goes_quiet_after_rendezvous_is_a_stall_and_restarts_the_gang
     assert status["phase"] == "Restarting" and status["attempt"] == 1
     failure = status["failure"]
     assert (failure["reason"], failure["kind"]) == ("ProgressStalled", "stalled")
-    assert (failure["nodeRank"], failure["pod"]) == (1, "job-1")
-    assert "node rank 1 reported no training progress" in failure["message"]
+    assert (failure["index"], failure["pod"]) == (1, "job-1")
+    assert "pod job-1 reported no training progress" in failure["message"]
     assert "progressTimeoutSeconds (60s)" in failure["message"]
     assert status["restarts"][-1]["kind"] == "infrastructure"
     assert status["restarts"][-1]["reason"] == "ProgressStalled"
@@ -216,8 +217,8 @@ def test_stall_with_spent_budget_fails_naming_every_quiet_rank() -> None:
     assert status["phase"] == "Failed"
     assert cond(status, "Failed")["reason"] == "RestartBudgetExhausted"
     assert status["failure"]["reason"] == "ProgressStalled"
-    assert status["failure"]["nodeRank"] == 2  # went quiet first
-    assert "node ranks 2, 0 reported no training progress" in status["failure"]["message"]
+    assert status["failure"]["index"] == 2  # went quiet first
+    assert "pods job-2, job-0 reported no training progress" in status["failure"]["message"]
     assert [r.get("reason") for r in status["ranks"]] == [
         "ProgressStalled",
         None,

@@ -113,14 +113,20 @@ def test_user_exception_fails_without_restart_and_names_root_cause() -> None:
         set_terminated(
             pods[1],
             1,
-            report("Failed", [2, 3], [failure(3, "exception", 12, "RuntimeError: boom")]),
+            report(
+                "Failed",
+                [2, 3],
+                [failure(3, "exception", 12, "RuntimeError: boom")],
+                group_rank=1,
+            ),
             t=12,
         ),
     ]
     plan, _, _ = step(job, pods, 13)
     st = plan.status
     assert st["phase"] == "Failed"
-    assert st["failure"]["rank"] == 3 and st["failure"]["nodeRank"] == 1
+    assert st["failure"]["rank"] == 3 and st["failure"]["index"] == 1
+    assert st["failure"]["nodeRank"] == 1
     assert st["failure"]["pod"] == "job-1" and st["failure"]["message"] == "RuntimeError: boom"
     assert st["counters"]["userFailures"] == 1 and st["counters"]["restarts"] == 0
     assert plan.create == []
@@ -193,7 +199,7 @@ def test_gang_restart_full_cycle_with_backoff() -> None:
     assert st["phase"] == "Restarting" and st["attempt"] == 1
     assert sorted(plan.delete) == ["job-0", "job-1"]
     assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 1, "restarts": 1}
-    assert st["restarts"][-1]["kind"] == "infrastructure" and st["restarts"][-1]["nodeRank"] == 0
+    assert st["restarts"][-1]["kind"] == "infrastructure" and st["restarts"][-1]["index"] == 0
     assert st["failure"]["reason"] == "OOMKilled"
     assert plan.requeue_after == 10
     assert "Restarting" in reasons(plan)

@@ -36,7 +36,7 @@ def test_a_killed_rank_is_the_root_cause_not_its_peers_connection_error() -> Non
     st = _two_nodes_fail("signal", -9)
     assert st["phase"] == "Restarting"
     assert st["failure"]["rank"] == 3 and st["failure"]["kind"] == "signal"
-    assert st["restarts"][-1]["rank"] == 3 and st["restarts"][-1]["nodeRank"] == 1
+    assert st["restarts"][-1]["rank"] == 3 and st["restarts"][-1]["index"] == 1
 
 
 def test_a_rank_exiting_1_fails_the_job_even_if_a_peer_reported_first() -> None:

@@ -81,7 +81,8 @@ def test_pod_identity_dns_and_labels() -> None:
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["metadata"]["labels"] == {
         names.LABEL_JOB_NAME: "train",
-        names.LABEL_NODE_RANK: "1",
+        names.LABEL_INDEX: "1",
+        names.LABEL_NODE_RANK: "1",  # the deprecated name of the index
         names.LABEL_ATTEMPT: "0",
     }
     (owner,) = pod["metadata"]["ownerReferences"]

@@ -1,0 +1,90 @@
+"""Crash loops: an attempt that fails like the one before it, and got no further.
+
+A gang restart costs a rendezvous and a checkpoint load; when the failure is deterministic (a
+bad batch at step 1200, a segfault in a kernel, an OOM while loading), every restart fails the
+same way at the same place and `failurePolicy.maxRestarts` is spent for nothing. So each gang
+restart records the failed attempt's last step and a signature of its root cause, and the next
+attempt that fails with the same signature at or before that step ends the job
+(`CrashLoopNoProgress`). Restarts that got further keep going as before.
+
+The signature is rank-independent: which rank hits a deterministic failure first varies
+between attempts, and so do the numbers in a message (addresses, pids, ports, sizes). So it
+is the failure's reason and exit code with the first line of its message, numbers and
+addresses masked. Losses that are not the job's doing (a pod deleted, a node lost, an
+eviction) have no signature: they never make a crash loop.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .rootcause import Candidate
+
+# Kinds whose cause is outside the job: never a crash loop.
+EXTERNAL_KINDS = ("lost", "evicted")
+# Kinds whose message names pods and times rather than an error: the reason says it all.
+NO_MESSAGE_KINDS = ("stalled", "oom", "rendezvous")
+MAX_SIGNATURE = 200
+
+_MASKS = (
+    (re.compile(r"0[xX][0-9a-fA-F]+"), "0x?"),
+    # ids and hashes: long hex words with at least one letter
+    (re.compile(r"\b(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b"), "#"),
+    (re.compile(r"\d+"), "N"),
+)
+
+
+def mask(text: str) -> str:
+    """`text` with addresses, ids and numbers masked: equal for the same error anywhere."""
+    for pattern, repl in _MASKS:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
+
+
+def signature(cause: Candidate) -> str | None:
+    """The rank-independent signature of a root cause, None for losses that are not the job's
+    doing. An exception's exit code is left out: a worker that raised exits 1 or -6 at random
+    (gloo/NCCL teardown)."""
+    if cause.kind in EXTERNAL_KINDS:
+        return None
+    out = f"{cause.kind}/{cause.reason}"
+    if cause.exit_code is not None and cause.kind != "exception":
+        out += f"/{cause.exit_code}"
+    if cause.kind == "stalled" and cause.location:
+        out += f": {mask(cause.location)}"
+    elif cause.kind not in NO_MESSAGE_KINDS and cause.message:
+        first = next((line for line in cause.message.splitlines() if line.strip()), "")
+        if first:
+            out += f": {mask(first)}"
+    return out[:MAX_SIGNATURE]
+
+
+def attempt_step(entries: Iterable[Mapping[str, Any]]) -> int | None:
+    """The last step an attempt reached: the highest step any of its pods reported."""
+    steps = [
+        e["step"]
+        for e in entries
+        if isinstance(e.get("step"), int) and not isinstance(e.get("step"), bool)
+    ]
+    return max(steps) if steps else None
+
+
+def made_no_progress(step: int | None, previous: int | None) -> bool:
+    """Whether an attempt that reached `step` got no further than the one before it, which
+    reached `previous`. Without any step reported by either, progress is unknown, and unknown
+    is never taken for none; an attempt that reports no step after one that did failed
+    before its first."""
+    if previous is None:
+        return False
+    return step is None or step <= previous
+
+
+def previous_failure(restarts: Iterable[Mapping[str, Any]], attempt: int) -> Mapping[str, Any]:
+    """The record of the gang restart that started `attempt` (its step and signature are the
+    previous attempt's), or {} when the attempt did not start with one (the first, a resume)."""
+    for record in reversed(list(restarts)):
+        if record.get("attempt") == attempt:
+            return record if record.get("kind") == "infrastructure" else {}
+    return {}

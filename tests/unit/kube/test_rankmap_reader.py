@@ -1,0 +1,220 @@
+"""The rank-map reader: what it reads when (ReadSchedule, a fake clock), and the reader over a
+fake `read` and over a real HTTP server."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from torchrun_operator.kube import rankmap
+from torchrun_operator.kube.rankmap import RankMapReader, ReadSchedule, Target, targets_of
+
+
+def pod(name: str, index: int, attempt: int = 0, ready: bool = False, **status: Any) -> dict:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"u-{name}",
+            "labels": {"torchrun.dev/attempt": str(attempt), "torchrun.dev/index": str(index)},
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": f"10.0.0.{index + 2}",
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            **status,
+        },
+    }
+
+
+def test_targets_are_the_running_pods_of_the_attempt_that_have_an_ip() -> None:
+    pods = [
+        pod("j-0", 0, ready=True),
+        pod("j-1", 1),
+        pod("j-2-a1", 2, attempt=1),
+        pod("j-3", 3, phase="Pending"),
+        pod("j-4", 4, podIP=None),
+    ]
+    pods.append(pod("j-5", 5))
+    pods[-1]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert targets_of(pods, 0) == [
+        Target("u-j-0", "j-0", "10.0.0.2", True),
+        Target("u-j-1", "j-1", "10.0.0.3", False),
+    ]
+
+
+T = [Target(f"u{i}", f"p{i}", f"10.0.0.{i}", False) for i in range(3)]
+DONE = {"groupRank": 0, "state": "Training"}
+
+
+def sweep(s: ReadSchedule, now: float) -> list[str]:
+    due = s.due(now)
+    return [t.uid for _, targets in due for t in targets]
+
+
+def test_a_new_job_is_read_whole_then_one_waiting_pod_a_second() -> None:
+    s = ReadSchedule(jitter=lambda: 0.5)
+    s.update("j", T, now=0)
+    assert sweep(s, 0) == ["u0", "u1", "u2"]
+    assert sweep(s, 0) == []  # in flight
+    s.done("j", {"u0": {"state": "Rendezvous"}, "u1": None, "u2": None}, now=0.1)
+    assert s.next_wakeup() == pytest.approx(1.1)
+    assert sweep(s, 1.0) == []
+    assert sweep(s, 1.1) == ["u0"]  # the sentinel
+    s.done("j", {"u0": {"state": "Rendezvous"}}, now=1.2)
+    assert sweep(s, 2.2) == ["u1"]  # the waiting pods take turns
+
+
+def test_one_pod_done_with_rendezvous_reads_the_whole_job_at_once() -> None:
+    s = ReadSchedule(jitter=lambda: 0.5)
+    s.update("j", T, now=0)
+    sweep(s, 0)
+    s.done("j", {t.uid: None for t in T}, now=0)
+    assert sweep(s, 1) == ["u0"]
+    assert s.done("j", {"u0": DONE}, now=1.05) is True
+    assert s.next_wakeup() == 1.05
+    assert sweep(s, 1.05) == ["u0", "u1", "u2"]
+    s.done("j", {t.uid: DONE for t in T}, now=1.1)
+    # Everyone rendezvoused: steady reads, 15 s (+-10 % jitter, here none) apart.
+    assert s.next_wakeup() == pytest.approx(1.1 + 15)
+
+
+def test_readiness_flips_and_new_pods_make_the_job_due_now() -> None:
+    s = ReadSchedule(jitter=lambda: 0.5)
+    s.update("j", T, now=0)
+    sweep(s, 0)
+    s.done("j", {t.uid: DONE for t in T}, now=0)
+    s.update("j", T, now=3)
+    assert sweep(s, 3) == []
+    flipped = [T[0], Target("u1", "p1", "10.0.0.1", True), T[2]]
+    s.update("j", flipped, now=4)
+    assert sweep(s, 4) == ["u0", "u1", "u2"]
+
+
+def test_the_steady_interval_grows_to_keep_reads_within_the_budget() -> None:
+    s = ReadSchedule(steady=15, reads_per_second=40, sweeps_per_second=4, jitter=lambda: 0.5)
+    for j in range(100):
+        targets = [Target(f"u{j}-{i}", f"p{j}-{i}", "ip", True) for i in range(8)]
+        s.update(j, targets, now=0)
+    sweep(s, 0)
+    s.done(0, {f"u0-{i}": DONE for i in range(8)}, now=0)
+    # 800 pods at 40 reads/s: 20 s; 100 jobs at 4 sweeps/s: 25 s.
+    assert s.jobs[0].next_due == pytest.approx(25)
+
+
+def test_failing_pods_stop_holding_the_job_in_fast_reads_and_are_read_less() -> None:
+    s = ReadSchedule(jitter=lambda: 0.5)
+    s.update("j", T[:1], now=0)
+    now = 0.0
+    for _ in range(rankmap.MAX_FAST_FAILURES):
+        assert sweep(s, now) == ["u0"]
+        s.done("j", {"u0": None}, now=now)
+        now = s.next_wakeup() or 0
+    assert s.jobs["j"].next_due == pytest.approx(now)
+    assert now - s.jobs["j"].next_due < 1e-9
+    sweep(s, now)
+    s.done("j", {"u0": None}, now=now)
+    assert s.next_wakeup() == pytest.approx(now + 4 * 15)
+
+
+def test_pods_that_go_away_are_forgotten_and_an_empty_job_is_dropped() -> None:
+    s = ReadSchedule()
+    s.update("j", T, now=0)
+    s.update("j", [], now=1)
+    assert "j" not in s.jobs and s.next_wakeup() is None
+
+
+# ---- the reader ----------------------------------------------------------------------------
+
+
+def test_reader_reads_keeps_answers_and_reports_changes() -> None:
+    answers = {"10.0.0.2": {"v": 1, "groupRank": 1, "state": "Training", "time": 1.0}}
+    changed: list[Any] = []
+    clock = [100.0]
+    reader = RankMapReader(changed.append, clock=lambda: clock[0], read=answers.get)
+    reader.start()
+    try:
+        reader.track(("ns", "j"), [pod("j-0", 0, ready=True), pod("j-1", 1)], attempt=0)
+        deadline = time.monotonic() + 5
+        while not changed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert changed == [("ns", "j")]
+        live = reader.live(("ns", "j"))
+        assert live == {"u-j-0": {"at": 100.0, "data": answers["10.0.0.2"]}}
+        reader.track(("ns", "j"), [], attempt=0)
+        assert reader.live(("ns", "j")) == {}
+    finally:
+        reader.stop()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802
+        if self.path != "/status":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[http.server.HTTPServer]:
+    srv = http.server.HTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield srv
+    srv.shutdown()
+
+
+def test_fetch_reads_a_json_object_and_nothing_else(server: http.server.HTTPServer) -> None:
+    port = server.server_address[1]
+    _Handler.body = json.dumps({"v": 1, "groupRank": 0}).encode()
+    assert rankmap.fetch("127.0.0.1", port) == {"v": 1, "groupRank": 0}
+    _Handler.body = b"[1, 2]"
+    assert rankmap.fetch("127.0.0.1", port) is None
+    _Handler.body = b"{" + b" " * (rankmap.MAX_ANSWER_BYTES + 10) + b"}"
+    assert rankmap.fetch("127.0.0.1", port) is None
+    _Handler.body = b"not json"
+    assert rankmap.fetch("127.0.0.1", port) is None
+    server.shutdown()
+    server.server_close()
+    started = time.monotonic()
+    assert rankmap.fetch("127.0.0.1", port, timeout=0.5) is None
+    assert time.monotonic() - started < 2
+
+
+def test_a_pod_that_answers_a_byte_at_a_time_cannot_hold_a_reader() -> None:
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"HTTP/1.0 200 OK\r\n")
+        while not stop.is_set():
+            try:
+                conn.sendall(b"X")
+            except OSError:
+                return
+            time.sleep(0.1)
+        conn.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    started = time.monotonic()
+    try:
+        assert rankmap.fetch("127.0.0.1", srv.getsockname()[1], timeout=0.5) is None
+        assert time.monotonic() - started < 1.5
+    finally:
+        stop.set()
+        srv.close()

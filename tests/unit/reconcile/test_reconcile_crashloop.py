@@ -1,0 +1,231 @@
+"""Crash loops end early: an attempt that fails like the one before it without getting further
+fails the job as CrashLoopNoProgress instead of spending the rest of maxRestarts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from dtj_factory import (
+    drop_terminating,
+    failure,
+    make_job,
+    report,
+    set_running,
+    set_terminated,
+    start,
+    step,
+)
+from torchrun_operator.api.models import JobStatus
+from torchrun_operator.reconcile import crashloop
+from torchrun_operator.reconcile.rootcause import Candidate
+
+POLICY = {"maxRestarts": 5, "backoffSeconds": 0}
+KILLED = "Signal 9 (SIGKILL) received by PID {pid}"
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
+
+
+def fail_attempt(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    t: float,
+    step_reached: int | None,
+    rank: int = 3,
+    error: str | None = None,
+    kind: str = "signal",
+    exit_code: int = -9,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every pod of the current attempt fails: `rank` died (a signal by default), the other
+    pod lost its peer; both report the step they reached. Returns the job after the decision
+    and the pods of the next attempt, if one started."""
+    attempt = job["status"]["attempt"]
+    current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
+    error = error or KILLED.format(pid=1000 + rank + 17 * attempt)
+    holder = 1 if rank >= 2 else 0
+    failed = []
+    for i, pod in enumerate(current):
+        ranks = [2 * i, 2 * i + 1]
+        if i == holder:
+            body = report(
+                "Failed",
+                ranks,
+                [failure(rank, kind, t, error, exit_code)],
+                group_rank=i,
+                step=step_reached,
+            )
+        else:
+            peer = failure(ranks[0], "comm", t + 0.5, "Connection reset by peer")
+            body = report("Failed", ranks, [peer], group_rank=i, step=step_reached)
+        failed.append(set_terminated(pod, 1, body, t=t + 1))
+    _, job, pods = step(job, failed, t + 2)
+    if job["status"]["phase"] == "Restarting":
+        _, job, pods = step(job, drop_terminating(pods), t + 3)
+    return job, pods
+
+
+def first_attempt(**spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    job, pods = start(make_job(nodes=2, failurePolicy={**POLICY, **spec}))
+    pods = [set_running(p, ready=True) for p in pods]
+    _, job, pods = step(job, pods, 2)
+    return job, pods
+
+
+def test_same_failure_at_or_before_the_previous_step_is_a_crash_loop() -> None:
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=120, rank=3)
+    st = job["status"]
+    assert st["phase"] == "Starting" and st["attempt"] == 1
+    record = st["restarts"][-1]
+    assert record["step"] == 120 and record["index"] == 1 and record["nodeRank"] == 1
+    assert record["signature"] == "signal/Signal/-9: Signal N (SIGKILL) received by PID N"
+    # Attempt 1 dies the same way on another rank (another pid), no further: step 118.
+    job, _ = fail_attempt(job, pods, 40, step_reached=118, rank=1)
+    st = job["status"]
+    assert st["phase"] == "Failed"
+    failed = cond(st, "Failed")
+    assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
+    assert "attempt 1 failed at step 118, no further than attempt 0 (step 120)" in failed["message"]
+    assert "failurePolicy.crashLoopDetection" in failed["message"]
+    assert st["failure"]["step"] == 118 and st["failure"]["rank"] == 1
+    assert st["counters"]["restarts"] == 1 and st["counters"]["infrastructureFailures"] == 2
+    JobStatus.model_validate(st)
+
+
+def test_a_restart_that_got_further_restarts_again() -> None:
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=120)
+    job, pods = fail_attempt(job, pods, 40, step_reached=121)
+    st = job["status"]
+    assert st["attempt"] == 2 and st["phase"] == "Starting"
+    assert [r["step"] for r in st["restarts"]] == [120, 121]
+    # ... and the next one is judged against 121.
+    job, _ = fail_attempt(job, pods, 80, step_reached=121)
+    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"  # type: ignore[index]
+
+
+def test_another_error_is_not_a_crash_loop() -> None:
+    job, pods = first_attempt(retryableExitCodes=[1])
+    job, pods = fail_attempt(job, pods, 10, step_reached=50)
+    job, _ = fail_attempt(
+        job, pods, 40, step_reached=50, kind="exception", exit_code=1, error="OSError: disk"
+    )
+    assert job["status"]["phase"] == "Starting" and job["status"]["attempt"] == 2
+
+
+def test_crash_loop_detection_can_be_turned_off() -> None:
+    job, pods = first_attempt(crashLoopDetection=False)
+    job, pods = fail_attempt(job, pods, 10, step_reached=50)
+    job, _ = fail_attempt(job, pods, 40, step_reached=20)
+    assert job["status"]["phase"] == "Starting" and job["status"]["attempt"] == 2
+
+
+def test_without_any_step_progress_is_unknown_and_restarts_go_on() -> None:
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=None)
+    job, _ = fail_attempt(job, pods, 40, step_reached=None)
+    st = job["status"]
+    assert st["phase"] == "Starting" and st["attempt"] == 2
+    assert "step" not in st["restarts"][-1]
+
+
+def test_no_step_after_an_attempt_that_had_steps_is_no_progress() -> None:
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=7)
+    job, _ = fail_attempt(job, pods, 40, step_reached=None)
+    failed = cond(job["status"], "Failed")
+    assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
+    assert "failed before its first step" in failed["message"]
+
+
+def test_with_the_budget_spent_a_crash_loop_still_says_so() -> None:
+    job, pods = first_attempt(maxRestarts=1)
+    job, pods = fail_attempt(job, pods, 10, step_reached=5)
+    job, _ = fail_attempt(job, pods, 40, step_reached=5)
+    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"  # type: ignore[index]
+
+
+def test_lost_pods_are_never_a_crash_loop() -> None:
+    job, pods = first_attempt()
+    for t in (10, 40):
+        attempt = job["status"]["attempt"]
+        current = [
+            p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)
+        ]
+        running = [set_running(p, ready=True) for p in current]
+        _, job, pods = step(job, running, t)
+        # pod 1 vanishes (deleted by someone, its node gone): PodDeleted
+        _, job, pods = step(job, [running[0]], t + 1)
+        assert job["status"]["phase"] == "Restarting"
+        assert "signature" not in job["status"]["restarts"][-1]
+        _, job, pods = step(job, drop_terminating(pods), t + 2)
+    assert job["status"]["attempt"] == 2 and job["status"]["phase"] == "Starting"
+
+
+# ---- the signature -------------------------------------------------------------------------
+
+
+def cand(kind: str, reason: str, message: str | None, exit_code: int | None = None) -> Candidate:
+    return Candidate(0, "p", None, kind, reason, 0.0, exit_code=exit_code, message=message)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (
+            "RuntimeError: CUDA error: an illegal memory access at 0x7f3a2c001200 on rank 3",
+            "RuntimeError: CUDA error: an illegal memory access at 0x7f3a2c00ff00 on rank 12",
+        ),
+        (
+            "ValueError: batch 1200 has shape [32, 511]",
+            "ValueError: batch 1201 has shape [32, 509]",
+        ),
+        ("OSError: store 10.1.2.3:29500 gone", "OSError: store 10.1.2.14:41234 gone"),
+        (
+            "KeyError: 'run-3f9a2b7c11d4'\ntraceback line 1",
+            "KeyError: 'run-aa01bb02cc03'\ntraceback line 2",
+        ),
+    ],
+)
+def test_signatures_ignore_ranks_numbers_and_addresses(a: str, b: str) -> None:
+    assert crashloop.signature(cand("exception", "Exception", a, 1)) == crashloop.signature(
+        cand("exception", "Exception", b, -6)
+    )
+
+
+def test_signatures_tell_errors_apart() -> None:
+    sig = crashloop.signature
+    assert sig(cand("exception", "Exception", "ValueError: x")) != sig(
+        cand("exception", "Exception", "KeyError: x")
+    )
+    assert sig(cand("exit", "NonZeroExit", "m", 3)) != sig(cand("exit", "NonZeroExit", "m", 4))
+    assert sig(cand("lost", "PodDeleted", "pod p-1: PodDeleted")) is None
+    assert sig(cand("evicted", "Evicted", "x")) is None
+    assert sig(cand("oom", "OOMKilled", "pod job-1 ran out", 137)) == "oom/OOMKilled/137"
+
+
+def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
+    records = [
+        {"attempt": 1, "kind": "infrastructure", "step": 5, "signature": "s"},
+        {"attempt": 2, "kind": "suspend"},
+    ]
+    assert crashloop.previous_failure(records, 1)["step"] == 5
+    assert crashloop.previous_failure(records, 2) == {}  # a resume: nothing to compare
+    assert crashloop.previous_failure(records, 0) == {}
+
+
+@pytest.mark.parametrize(
+    ("step", "previous", "none"),
+    [
+        (5, 5, True),
+        (4, 5, True),
+        (6, 5, False),
+        (None, 5, True),
+        (None, None, False),
+        (3, None, False),
+    ],
+)
+def test_made_no_progress(step: int | None, previous: int | None, none: bool) -> None:
+    assert crashloop.made_no_progress(step, previous) is none
