@@ -321,7 +321,7 @@ def find_rank_entry(
     if sum(x is not None for x in (rank, node_rank, index)) != 1:
         raise FormatError("give exactly one of --rank, --node-rank or --index")
     name = _meta(job).get("name", "?")
-    entries = list(_status(job).get("ranks") or [])
+    entries: list[Obj] = list(_status(job).get("ranks") or [])
     if index is not None:
         for entry in entries:
             if entry_index(entry) == index:

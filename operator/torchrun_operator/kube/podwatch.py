@@ -65,7 +65,7 @@ class Backoff:
         self._last = now
         self.streak += 1
         # min() before the power: 2**streak alone would overflow a float after ~1000 failures.
-        full = min(self._cap, self._initial * 2 ** min(self.streak - 1, 64))
+        full: float = min(self._cap, self._initial * 2 ** min(self.streak - 1, 64))
         return full / 2 + self._rand() * full / 2
 
 

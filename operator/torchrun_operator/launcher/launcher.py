@@ -1366,7 +1366,7 @@ def _patch_torch_signal_handler() -> None:
         original(signum, frame)
 
     handler._torchrun_operator = True  # type: ignore[attr-defined]
-    mp_api._terminate_process_handler = handler  # type: ignore[assignment]
+    mp_api._terminate_process_handler = handler
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
 

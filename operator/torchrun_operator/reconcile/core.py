@@ -76,11 +76,12 @@ class _Ctx:
 
     @property
     def conds(self) -> list[dict[str, Any]]:
-        return self.status.setdefault("conditions", [])
+        conds: list[dict[str, Any]] = self.status.setdefault("conditions", [])
+        return conds
 
     @property
     def counters(self) -> dict[str, int]:
-        c = self.status.setdefault("counters", {})
+        c: dict[str, int] = self.status.setdefault("counters", {})
         for key in ("userFailures", "infrastructureFailures", "restarts"):
             c.setdefault(key, 0)
         return c
