@@ -18,7 +18,8 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 def load(kubeconfig: str) -> client.ApiClient:
-    return config.new_client_from_config(config_file=kubeconfig)
+    api: client.ApiClient = config.new_client_from_config(config_file=kubeconfig)
+    return api
 
 
 def raw(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
