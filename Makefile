@@ -27,7 +27,7 @@ unit: venv ## the unit tests only
 lint: venv ## ruff, ruff format --check, mypy, import-linter contracts, shellcheck
 	.venv/bin/python -m ruff check .
 	.venv/bin/python -m ruff format --check .
-	.venv/bin/python -m mypy operator/torchrun_operator cluster/localkube
+	hack/mypy.sh
 	.venv/bin/lint-imports --no-cache --no-logo
 	hack/shellcheck.sh
 
