@@ -70,14 +70,14 @@ def apply(api: client.ApiClient, namespace: str, docs: list[dict[str, Any]]) -> 
 def create_job(api: client.ApiClient, namespace: str, doc: dict[str, Any]) -> dict[str, Any]:
     # Strict field validation, as `kubectl apply` does by default: unknown fields are errors.
     custom = client.CustomObjectsApi(api)
-    result: dict[str, Any] = custom.create_namespaced_custom_object(
+    result: Any = custom.create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, doc, field_validation="Strict"
     )
     return result
 
 
 def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+    result: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name
     )
     return result

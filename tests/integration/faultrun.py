@@ -133,7 +133,7 @@ def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
     core = client.CoreV1Api(api)
 
     def phase() -> str | None:
-        job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         return (job.get("status") or {}).get("phase")
 
     _until(lambda: phase() in ("Running", *FINISHED), 120, "Running")
@@ -217,7 +217,7 @@ class PodMonitor:
                 self.violations.append(f"pod monitor broke: {e!r}")
 
     def _stream(self) -> None:
-        listed = self.core.list_namespaced_pod(self.ns, _preload_content=False)
+        listed: Any = self.core.list_namespaced_pod(self.ns, _preload_content=False)
         body = json.loads(listed.data)
         rv = body["metadata"]["resourceVersion"]
         self._started.set()
@@ -342,7 +342,7 @@ class Campaign:
                     kills += 1
                     reap(op)
                     op = start_operator()
-                job = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+                job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 phase = (job.get("status") or {}).get("phase")
                 if phase in FINISHED and (during is None or not during.is_alive()):
                     done = job
@@ -365,7 +365,9 @@ class Campaign:
         policy = ((job["spec"].get("runPolicy") or {}).get("cleanPodPolicy")) or "KeepFailed"
 
         def extra() -> list[str]:
-            pods = core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
+            pods: list[Any] = core.list_namespaced_pod(
+                ns, label_selector=f"{JOB_LABEL}={name}"
+            ).items
             out = []
             for p in pods:
                 if p.metadata.deletion_timestamp is not None:

@@ -20,7 +20,7 @@ def install_crd(api: client.ApiClient) -> None:
     crd = yaml.safe_load(CRD_FILE.read_text())
     name = crd["metadata"]["name"]
     try:
-        current = ext.read_custom_resource_definition(name)
+        current: Any = ext.read_custom_resource_definition(name)
         crd["metadata"]["resourceVersion"] = current.metadata.resource_version
         ext.replace_custom_resource_definition(name, crd)
     except ApiException as e:
@@ -29,7 +29,8 @@ def install_crd(api: client.ApiClient) -> None:
         ext.create_custom_resource_definition(crd)
 
     def established() -> bool:
-        conds = ext.read_custom_resource_definition(name).status.conditions or []
+        crd: Any = ext.read_custom_resource_definition(name)
+        conds = crd.status.conditions or []
         return any(c.type == "Established" and c.status == "True" for c in conds)
 
     wait_for("CRD established", established, timeout=30)

@@ -33,7 +33,7 @@ def test_gpu_example_is_accepted_and_asks_for_whole_gpu_nodes(
     doc = next(
         d for d in load_docs(EXAMPLES / "gpu-ddp.yaml") if d["kind"] == "DistributedTrainingJob"
     )
-    admitted: dict[str, Any] = client.CustomObjectsApi(kube).create_namespaced_custom_object(
+    admitted: Any = client.CustomObjectsApi(kube).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, doc, dry_run="All", field_validation="Strict"
     )
     admitted["metadata"].setdefault("uid", "dry-run-uid")

@@ -120,11 +120,13 @@ def rbac_denials(log: str) -> list[str]:
 
 
 def operator_pods(core: client.CoreV1Api, namespace: str, selector: str) -> list[Any]:
-    return [
-        p
-        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-        if not p.metadata.deletion_timestamp
-    ]
+    pods: list[Any] = core.list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in pods if not p.metadata.deletion_timestamp]
+
+
+def name_of(obj: Any) -> str:
+    """metadata.name of an object the apiserver returned (the client types metadata optional)."""
+    return str(obj.metadata.name)
 
 
 def ready(pod: Any) -> bool:
@@ -143,8 +145,8 @@ def allowed(
     """What the apiserver's authorizer answers for `user` (a ServiceAccount), as
     `kubectl auth can-i --as` asks it: a SubjectAccessReview with the groups the token carries."""
     sa_namespace = user.split(":")[2]
-    review = auth.create_subject_access_review(
-        {
+    review: Any = auth.create_subject_access_review(
+        {  # type: ignore[arg-type]  # the client sends a dict body as it is
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SubjectAccessReview",
             "spec": {
@@ -309,7 +311,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
         # The chart's default (jobNetworkPolicy.enabled): the job got its NetworkPolicy, created
         # with the chart's RBAC. (Whether it is enforced is the CNI's business; localkube's
         # pod network enforces none.)
-        policy = client.NetworkingV1Api(kube).read_namespaced_network_policy(
+        policy: Any = client.NetworkingV1Api(kube).read_namespaced_network_policy(
             done["metadata"]["name"], namespace
         )
         assert [r.uid for r in policy.metadata.owner_references] == [done["metadata"]["uid"]]
@@ -330,7 +332,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
             + ["--set", "extraArgs={--workers=2}", "--wait", "--timeout", "120s"]
         )
         apps = client.AppsV1Api(kube)
-        dep = apps.read_namespaced_deployment(FULLNAME, release_ns)
+        dep: Any = apps.read_namespaced_deployment(FULLNAME, release_ns)
         assert "--workers=2" in dep.spec.template.spec.containers[0].args
         new_pods = wait_for(
             "the upgraded operator pod",
@@ -361,40 +363,40 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
     def leftovers() -> list[str]:
         found = [
-            f"ClusterRole/{r.metadata.name}"
+            f"ClusterRole/{name_of(r)}"
             for r in rbac.list_cluster_role(label_selector=INSTANCE).items
         ]
         found += [
-            f"ClusterRoleBinding/{r.metadata.name}"
+            f"ClusterRoleBinding/{name_of(r)}"
             for r in rbac.list_cluster_role_binding(label_selector=INSTANCE).items
         ]
         for ns in (namespace, release_ns):
             found += [
-                f"Role/{ns}/{r.metadata.name}"
+                f"Role/{ns}/{name_of(r)}"
                 for r in rbac.list_namespaced_role(ns, label_selector=INSTANCE).items
             ]
             found += [
-                f"RoleBinding/{ns}/{r.metadata.name}"
+                f"RoleBinding/{ns}/{name_of(r)}"
                 for r in rbac.list_namespaced_role_binding(ns, label_selector=INSTANCE).items
             ]
         found += [
-            f"Deployment/{d.metadata.name}"
+            f"Deployment/{name_of(d)}"
             for d in apps.list_namespaced_deployment(release_ns, label_selector=INSTANCE).items
         ]
         found += [
-            f"ReplicaSet/{d.metadata.name}"
+            f"ReplicaSet/{name_of(d)}"
             for d in apps.list_namespaced_replica_set(release_ns, label_selector=INSTANCE).items
         ]
         found += [
-            f"Pod/{p.metadata.name}"
+            f"Pod/{name_of(p)}"
             for p in core.list_namespaced_pod(release_ns, label_selector=INSTANCE).items
         ]
         found += [
-            f"Service/{s.metadata.name}"
+            f"Service/{name_of(s)}"
             for s in core.list_namespaced_service(release_ns, label_selector=INSTANCE).items
         ]
         found += [
-            f"ServiceAccount/{s.metadata.name}"
+            f"ServiceAccount/{name_of(s)}"
             for s in core.list_namespaced_service_account(release_ns, label_selector=INSTANCE).items
         ]
         return found
@@ -404,7 +406,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
     except AssertionError:
         raise AssertionError(f"helm uninstall left {leftovers()}") from None
     ext = client.ApiextensionsV1Api(kube)
-    assert ext.read_custom_resource_definition(CRD_NAME).metadata.name == CRD_NAME
+    assert name_of(ext.read_custom_resource_definition(CRD_NAME)) == CRD_NAME
     core.delete_namespace(release_ns)
 
 

@@ -46,7 +46,7 @@ def pod_creates(op: OperatorProcess) -> float | None:
 
 def holder(kube: client.ApiClient, ns: str) -> str | None:
     try:
-        lease = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, ns)
+        lease: Any = client.CoordinationV1Api(kube).read_namespaced_lease(LEASE, ns)
     except ApiException as e:
         if e.status == 404:
             return None

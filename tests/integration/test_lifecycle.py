@@ -93,9 +93,9 @@ def children(kube: client.ApiClient, ns: str, name: str) -> list[str]:
     left = [f"pod/{p.metadata.name}" for p in job_pods(kube, ns, name)]
     if core.list_namespaced_service(ns, field_selector=f"metadata.name={name}").items:
         left.append(f"service/{name}")
-    cms = core.list_namespaced_config_map(ns, label_selector=f"torchrun.dev/job-name={name}")
+    cms: Any = core.list_namespaced_config_map(ns, label_selector=f"torchrun.dev/job-name={name}")
     left += [f"configmap/{c.metadata.name}" for c in cms.items]
-    net = client.NetworkingV1Api(kube).list_namespaced_network_policy(
+    net: Any = client.NetworkingV1Api(kube).list_namespaced_network_policy(
         ns, label_selector=f"torchrun.dev/job-name={name}"
     )
     left += [f"networkpolicy/{n.metadata.name}" for n in net.items]

@@ -287,7 +287,7 @@ def test_launcher_flags_at_admission(
     # and what it cannot see (a flag after a value given apart) is admitted, for the model to
     # refuse (tests/unit/api/test_launchcmd.py: the reconciler turns it into InvalidSpec).
     hidden = doc("hidden", ["torchrun", "--nproc-per-node", "1", "--nnodes", "2", "t.py"])
-    created = client.CustomObjectsApi(kube).create_namespaced_custom_object(
+    created: Any = client.CustomObjectsApi(kube).create_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, hidden, dry_run="All"
     )
     assert created["metadata"]["name"] == "hidden"

@@ -61,14 +61,14 @@ def test_cpu_example_succeeds_with_per_rank_status_and_owned_children(
         assert r["exitCode"] == 0 and r["phase"] == "Succeeded"
         assert r["startedAt"] and r["finishedAt"]
         # "the right pod": the pod's own launcher report names the ranks status gives it.
-        pod = core.read_namespaced_pod(r["pod"], namespace)
+        pod: Any = core.read_namespaced_pod(r["pod"], namespace)
         assert pod.spec.node_name == r["node"]
         report = json.loads(pod.status.container_statuses[0].state.terminated.message)
         assert _rank_set(r["globalRanks"]) == set(report["ranks"])
     assert status.get("startTime") and status.get("completionTime")
 
     uid = done["metadata"]["uid"]
-    svc = core.read_namespaced_service(name, namespace)
+    svc: Any = core.read_namespaced_service(name, namespace)
     assert svc.spec.cluster_ip == "None" and svc.spec.publish_not_ready_addresses
     for obj in [svc, *job_pods(kube, namespace, name)]:
         assert [o.uid for o in obj.metadata.owner_references] == [uid]

@@ -51,7 +51,7 @@ def wait_blocked(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 
 def warning_reasons(kube: client.ApiClient, ns: str, name: str) -> set[str]:
-    evs = client.CoreV1Api(kube).list_namespaced_event(
+    evs: Any = client.CoreV1Api(kube).list_namespaced_event(
         ns, field_selector=f"involvedObject.name={name}"
     )
     return {e.reason for e in evs.items if e.type == "Warning"}
@@ -91,7 +91,7 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert condition(done, "Blocked")["status"] == "False"  # type: ignore[index]
-    ours = core.read_namespaced_config_map(cm_name, namespace)
+    ours: Any = core.read_namespaced_config_map(cm_name, namespace)
     assert [o.uid for o in ours.metadata.owner_references] == [done["metadata"]["uid"]]
     assert ours.data["launcher.py"] == packaged_launcher()
     assert core.read_namespaced_config_map(f"{name}-launcher", namespace).data == {
@@ -161,7 +161,7 @@ def test_handmade_pod_with_the_jobs_labels_is_left_alone(
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     wait_for("own pods deleted", lambda: len(job_pods(kube, namespace, name)) == 1, 60)
-    pod = core.read_namespaced_pod("not-the-operators", namespace)
+    pod: Any = core.read_namespaced_pod("not-the-operators", namespace)
     assert pod.metadata.deletion_timestamp is None, "a pod that is not ours is never deleted"
 
 
@@ -179,7 +179,7 @@ def test_job_recreated_at_once_waits_for_its_predecessors_children(
     second = create_job(kube, namespace, quick_job(name))
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    svc = client.CoreV1Api(kube).read_namespaced_service(name, namespace)
+    svc: Any = client.CoreV1Api(kube).read_namespaced_service(name, namespace)
     assert [o.uid for o in svc.metadata.owner_references] == [second["metadata"]["uid"]]
 
 

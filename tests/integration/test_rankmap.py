@@ -184,7 +184,7 @@ def test_live_rank_map_names_torchruns_node_rank_apart_from_the_pod_index(
             # After the end, from the launchers' final reports: the same map.
             assert r["nodeRank"] == live[r["index"]]["nodeRank"], (r, live)
             assert r["globalRanks"] == live[r["index"]]["globalRanks"]
-            pod = core.read_namespaced_pod(r["pod"], namespace)
+            pod: Any = core.read_namespaced_pod(r["pod"], namespace)
             report = json.loads(pod.status.container_statuses[0].state.terminated.message)
             assert report["groupRank"] == r["nodeRank"] and report["round"] == 0
             assert report["ranks"] == parse_ranks(r["globalRanks"])

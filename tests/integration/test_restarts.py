@@ -381,7 +381,7 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
         pause.unlink()
 
         def healthy() -> bool:
-            n = core.read_node(node)
+            n: Any = core.read_node(node)
             ready = next(c.status for c in n.status.conditions if c.type == "Ready")
             taints = [t.key for t in n.spec.taints or []]
             return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)

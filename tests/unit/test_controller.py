@@ -414,7 +414,8 @@ def test_conflict_rereads_and_decides_again() -> None:
     h.ctrl.sync(("ns", "job"))
     assert ("get", "job") in h.api.calls
     assert set(h.api.pods()) == {"job-0", "job-1"}
-    assert h.ctrl.jobs.get(("ns", "job"))["metadata"]["resourceVersion"] == "999"
+    cached = h.ctrl.jobs.get(("ns", "job"))
+    assert cached is not None and cached["metadata"]["resourceVersion"] == "999"
     h.sync()
     assert h.status["phase"] == "Succeeded"
 
@@ -526,7 +527,7 @@ def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
             raise e
         return None
 
-    h.api.fail = refuse  # type: ignore[assignment]
+    h.api.fail = refuse
     h.sync()
     h.sync(1)
     blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")

@@ -1,4 +1,6 @@
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 from torchrun_operator.api.crd import crd, render_yaml
@@ -15,7 +17,7 @@ def test_committed_crd_matches_generator() -> None:
     )
 
 
-def _walk(node: object, path: str = ""):  # type: ignore[no-untyped-def]
+def _walk(node: object, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     if isinstance(node, dict):
         yield path, node
         for k, v in node.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import urllib3
 from kubernetes import client
@@ -69,5 +69,5 @@ class FakeTransport:
 def api(transport: FakeTransport, injector: faults.Injector | None = None) -> kclient.ApiClient:
     cfg = client.Configuration(host="https://apiserver.test")
     a = kclient.ApiClient(cfg, injector=injector)
-    a.rest_client = transport
+    a.rest_client = cast(rest.RESTClientObject, transport)  # it answers what ApiClient asks
     return a

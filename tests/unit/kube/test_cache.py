@@ -49,4 +49,5 @@ def test_job_cache_keeps_the_newest() -> None:
         {"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "9"}, "status": {"a": 1}}
     )
     c.put({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "8"}, "status": {}})
-    assert c.get(("ns", "j"))["status"] == {"a": 1}
+    cached = c.get(("ns", "j"))
+    assert cached is not None and cached["status"] == {"a": 1}

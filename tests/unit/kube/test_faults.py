@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ def test_status_answers_that_code_without_sending(code: int) -> None:
     with pytest.raises(ApiException) as e:
         c.read_namespaced_pod("p", "ns")
     assert e.value.status == code
+    assert e.value.body is not None
     assert json.loads(e.value.body)["code"] == code  # a Status body, as the apiserver sends
     assert t.sent == []
 
@@ -45,7 +47,7 @@ def test_429_carries_retry_after() -> None:
     with pytest.raises(ApiException) as e:
         c.list_namespaced_pod("ns", _preload_content=False)  # the raw path, as the watch uses
     assert e.value.status == 429
-    assert e.value.headers["Retry-After"] == "3"
+    assert e.value.headers is not None and e.value.headers["Retry-After"] == "3"
 
 
 def test_timeout_raises_urllib3s_timeout_without_sending() -> None:
@@ -79,13 +81,13 @@ def test_kill_actions_signal_this_process(
         kills.append((pid, sig))
         raise Killed
 
-    monkeypatch.setattr(faults.os, "kill", fake_kill)
+    monkeypatch.setattr(os, "kill", fake_kill)
     t = FakeTransport()
     log = tmp_path / "faults.log"
     c = core(t, {"method": "POST", "action": action}, log=log)
     with pytest.raises(Killed):
         c.create_namespaced_pod("ns", {"metadata": {"name": "p"}})
-    assert kills == [(faults.os.getpid(), signal.SIGKILL)]
+    assert kills == [(os.getpid(), signal.SIGKILL)]
     assert len(t.sent) == sent
     assert json.loads(log.read_text())["action"] == action  # logged before the kill
 
@@ -146,7 +148,7 @@ def test_times_all_fails_every_match_from_nth_on() -> None:
     t = FakeTransport()
     rule = {"method": "PUT", "path": "/leases/", "nth": 2, "times": "all", "action": "timeout"}
     coord = client.CoordinationV1Api(core(t, rule).api_client)
-    lease = {"metadata": {"name": "l"}}
+    lease: Any = {"metadata": {"name": "l"}}  # the client sends a dict body as it is
     coord.replace_namespaced_lease("l", "ns", lease)
     for _ in range(3):
         with pytest.raises(urllib3.exceptions.TimeoutError):

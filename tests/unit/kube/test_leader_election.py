@@ -43,6 +43,7 @@ class Store:
     def write(self, body: client.V1Lease) -> client.V1Lease:
         self.rv += 1
         body = copy.deepcopy(body)
+        assert body.metadata is not None
         body.metadata.resource_version = str(self.rv)
         self.lease = body
         return copy.deepcopy(body)
@@ -55,7 +56,7 @@ class Leases:
 
     store: Store
     down: bool = False
-    before_write: Callable[[], None] | None = None
+    before_write: Callable[[], object] | None = None
     timeouts: list[Any] = field(default_factory=list)
 
     def _call(self, kw: dict[str, Any]) -> None:
@@ -79,7 +80,7 @@ class Leases:
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kw: Any) -> Any:
         self._call(kw)
-        assert self.store.lease is not None
+        assert self.store.lease is not None and self.store.lease.metadata is not None
         if body.metadata.resource_version != self.store.lease.metadata.resource_version:
             raise ApiException(status=409, reason="Conflict")
         if self.before_write:
@@ -214,6 +215,7 @@ def test_a_leader_that_sees_another_holder_stops_at_once() -> None:
     a.elector.step()
     assert store.lease is not None
     taken = copy.deepcopy(store.lease)
+    assert taken.spec is not None
     taken.spec.holder_identity = "someone-else"
     store.write(taken)
     clock.t += 1
@@ -247,7 +249,8 @@ def test_stop_stops_leading_then_releases_the_lease() -> None:
     b.elector.step()
     a.elector.stop()  # its threads never started: join returns at once
     assert a.events == [(0.0, "started"), (0.0, "stopped")]
-    assert store.lease is not None and store.lease.spec.holder_identity is None
+    assert store.lease is not None and store.lease.spec is not None
+    assert store.lease.spec.holder_identity is None
     b.elector.step()  # a released lease is free at once
     assert b.leading
 

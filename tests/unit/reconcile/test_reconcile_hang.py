@@ -12,7 +12,7 @@ from torchrun_operator.reconcile import hang
 from torchrun_operator.reconcile.observe import view
 
 
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+def cond(status: dict[str, Any], type_: str) -> Any:  # the condition, or None
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 

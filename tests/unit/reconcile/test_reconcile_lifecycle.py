@@ -21,7 +21,7 @@ from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.core import MAX_REQUEUE_SECONDS, SETTLE_SECONDS
 
 
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
+def cond(status: dict[str, Any], type_: str) -> Any:  # the condition, or None
     return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 

@@ -222,7 +222,7 @@ def test_a_new_attempt_starts_without_the_old_progress() -> None:
     assert plan.status["restarts"][-1]["step"] == 50
 
 
-STRAGGLER = {"monitoring": {"straggler": {"factor": 2.0, "windowSeconds": 30}}}
+STRAGGLER: dict[str, Any] = {"monitoring": {"straggler": {"factor": 2.0, "windowSeconds": 30}}}
 
 
 def test_straggler_condition_names_the_slow_pod_and_clears_when_it_catches_up() -> None:

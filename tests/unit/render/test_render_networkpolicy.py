@@ -142,7 +142,7 @@ def test_nothing_else_reaches_the_rendezvous_port(src_ns: str, src_labels: dict[
 def test_the_job_overrides_the_operator_default(
     enabled: bool | None, default: bool, wanted: bool
 ) -> None:
-    spec = {} if enabled is None else {"networkPolicy": {"enabled": enabled}}
+    spec: dict[str, Any] = {} if enabled is None else {"networkPolicy": {"enabled": enabled}}
     job = make_job(**spec)
     assert wants_network_policy(job, default) is wanted
     kinds = [o["kind"] for o in children(job, "src", network_policy_default=default)]
