@@ -45,7 +45,7 @@ LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
 if str(ROOT / "operator") not in sys.path:
     sys.path.insert(0, str(ROOT / "operator"))
 
-from torchrun_operator.api import names  # noqa: E402
+from torchrun_operator.api import models, names  # noqa: E402
 from torchrun_operator.render import pod as podmod  # noqa: E402
 from torchrun_operator.render import render_pod  # noqa: E402
 
@@ -141,7 +141,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
     paths = {  # volume mounts -> local paths (longest first, so prefixes don't clash)
         podmod.LAUNCHER_PATH: str(LAUNCHER),
         podmod.PROGRESS_FILE: str(state / "progress"),
-        podmod.STATE_DIR: str(state),
+        models.STATE_DIR: str(state),
         IMAGE_SCRIPT: str(STEP_SCRIPT),
     }
 

@@ -153,9 +153,10 @@ def one_run(bench: Bench, label: str, env: dict[str, str], w: Workload, window: 
     custom = client.CustomObjectsApi(api)
 
     def running() -> bool:
-        items = custom.list_namespaced_custom_object(
+        listed: Any = custom.list_namespaced_custom_object(
             "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs"
-        )["items"]
+        )
+        items = listed["items"]
         return len(items) == w.jobs and all(
             (j.get("status") or {}).get("phase") == "Running" for j in items
         )
