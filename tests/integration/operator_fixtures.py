@@ -29,8 +29,8 @@ def install_crd(api: client.ApiClient) -> None:
         ext.create_custom_resource_definition(crd)
 
     def established() -> bool:
-        crd: Any = ext.read_custom_resource_definition(name)
-        conds = crd.status.conditions or []
+        served: Any = ext.read_custom_resource_definition(name)
+        conds = served.status.conditions or []
         return any(c.type == "Established" and c.status == "True" for c in conds)
 
     wait_for("CRD established", established, timeout=30)
