@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Type-checks what pyproject.toml's [tool.mypy] names (the operator and the local cluster
-# strictly; the tests, benchmarks and examples), then tests/integration/conftest.py on its own:
-# pytest imports it and tests/conftest.py both as `conftest`, and one mypy run cannot hold two
-# modules of one name.
+# strictly; the tests, benchmarks and examples), then each conftest.py below tests/ on its own:
+# pytest imports every conftest.py as `conftest`, and one mypy run cannot hold two modules of
+# one name (the first run checks tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m mypy
-.venv/bin/python -m mypy tests/integration/conftest.py
+find tests -mindepth 2 -name conftest.py -print0 | sort -z | xargs -0 -r -n1 .venv/bin/python -m mypy
