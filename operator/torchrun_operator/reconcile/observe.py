@@ -11,7 +11,7 @@ from typing import Any
 
 from ..api import names
 from ..api.ranks import format_ranks
-from .timefmt import fmt, parse
+from ..api.timefmt import fmt, parse
 
 TERMINAL = ("Succeeded", "Failed")
 MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
