@@ -4,7 +4,10 @@ Level-triggered: everything is derived from the job (spec and the status we wrot
 time, which is the operator's only memory), the pods observed now, and what their launchers'
 status endpoints said when last read (`live`: the rank map and progress of running pods).
 Calling it again with the same inputs plans the same creates and deletes (which the shell
-treats as idempotent), and no events: events are emitted only where the status changes.
+treats as idempotent), and no events or transitions: those come only where the status changes.
+
+This module starts, suspends and observes attempts; what happens when pods fail or hang is
+decided by the policies in reconcile/failure/, and the job's end in finish.py.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, PhaseChanged, Plan
 from .rootcause import lost_candidate, pod_candidates
 
-# Where the tests and the docs look for the reconciler's timing constants.
+# The reconciler's timing constants are read from here (tests/unit/reconcile).
 __all__ = ["MAX_REQUEUE_SECONDS", "SETTLE_SECONDS", "reconcile"]
 
 
