@@ -15,8 +15,11 @@ from dtj_factory import (
     start,
     step,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_reconcile_properties import ACTIONS, act, jobs
 from torchrun_operator.api.status_names import ConditionType, Phase, RestartKind
-from torchrun_operator.reconcile import reconcile
+from torchrun_operator.reconcile import conditions, reconcile
 from torchrun_operator.reconcile.plan import PhaseChanged, Plan, Reached, Restarted
 
 
@@ -98,3 +101,44 @@ def test_a_blocked_start_decides_nothing() -> None:
 def test_an_invalid_spec_fails_the_job() -> None:
     plan = reconcile(make_job(nodes=0), [], at(0))
     assert plan.transitions == [PhaseChanged(Phase.PENDING, Phase.FAILED)]
+
+
+def _true(status: dict[str, Any], type_: str) -> bool:
+    return conditions.is_true(status.get("conditions") or [], type_)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    job=jobs(),
+    steps=st.lists(
+        st.tuples(st.sampled_from(ACTIONS), st.integers(0, 7), st.sampled_from([0.5, 3, 20])),
+        max_size=25,
+    ),
+)
+def test_transitions_are_exactly_what_changed_in_the_status(
+    job: dict[str, Any], steps: list[tuple[str, int, float]]
+) -> None:
+    """Over random pod histories, what a plan says it decided is what its status shows:
+    the phase chain leads from the old phase to the new, one restart per counted restart,
+    a start-up milestone exactly when its condition turned True; and nothing twice."""
+    job = created(job)
+    pods: list[dict[str, Any]] = []
+    t = 0.0
+    for action, idx, dt in [("wait", 0, 0.0), *steps]:
+        job, pods = act(action, pods, job, idx, t)
+        old = job.get("status") or {}
+        plan = reconcile(job, pods, at(t))
+        new = plan.status
+        phases = [c for c in plan.transitions if isinstance(c, PhaseChanged)]
+        chain = [old.get("phase") or "Pending", *(c.after for c in phases)]
+        assert [c.before for c in phases] == chain[:-1]
+        assert chain[-1] == new["phase"]
+        spent = new["counters"]["restarts"] - (old.get("counters") or {}).get("restarts", 0)
+        assert len(restarts(plan)) == spent
+        for type_ in (ConditionType.RUNNING, ConditionType.RENDEZVOUS_DONE):
+            turned = _true(new, type_) and not _true(old, type_)
+            reached = [r for r in plan.transitions if isinstance(r, Reached)]
+            assert [r.condition for r in reached].count(type_) == int(turned)
+        job, pods = apply(job, pods, plan, t)
+        assert reconcile(job, pods, at(t)).transitions == []
+        t += dt
