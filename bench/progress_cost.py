@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from torchrun_operator.api.names import API_VERSION, GROUP, PLURAL, VERSION
 
 from bench.scale.harness import (
     Ours,
@@ -147,15 +148,13 @@ def one_run(bench: Bench, label: str, env: dict[str, str], w: Workload, window: 
     op.extra_env = env
     op.start()
     assert op.proc is not None
-    path = f"/apis/torchrun.dev/v1alpha1/namespaces/{ns}/distributedtrainingjobs"
+    path = f"/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}"
     jobs = [ours_job(w, n) for n in w.job_names()]
     parallel(jobs, lambda j: create_raw(api, path, j))
     custom = client.CustomObjectsApi(api)
 
     def running() -> bool:
-        listed: Any = custom.list_namespaced_custom_object(
-            "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs"
-        )
+        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
         items = listed["items"]
         return len(items) == w.jobs and all(
             (j.get("status") or {}).get("phase") == "Running" for j in items

@@ -12,8 +12,9 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
+
+from torchrun_operator.api import timefmt
 
 
 def policy(users: list[str]) -> dict[str, Any]:
@@ -36,15 +37,6 @@ def apiserver_flags(policy_file: str, log_file: str) -> list[str]:
     ]
 
 
-def _ts(value: object) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 @dataclass
 class Requests:
     total: int = 0
@@ -64,7 +56,7 @@ def count(lines: Iterable[str], user: str, start: float, end: float) -> Requests
             continue
         if (ev.get("user") or {}).get("username") != user:
             continue
-        t = _ts(ev.get("requestReceivedTimestamp"))
+        t = timefmt.seconds(ev.get("requestReceivedTimestamp"))
         if t is None or not start <= t <= end:
             continue
         ref = ev.get("objectRef") or {}

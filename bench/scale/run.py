@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client
 from localkube import procs
 from localkube.testing import pick_base
+from torchrun_operator.api.names import API_VERSION, PLURAL
 
 from . import audit, figures, report
 from .harness import (
@@ -59,7 +60,7 @@ from .workloads import (
 
 SHORT = {OURS: "ours", KUBEFLOW: "kf", DIRECT: "direct"}
 JOB_PATHS = {
-    OURS: ("torchrun.dev/v1alpha1", "distributedtrainingjobs"),
+    OURS: (API_VERSION, PLURAL),
     KUBEFLOW: ("kubeflow.org/v1", "pytorchjobs"),
 }
 

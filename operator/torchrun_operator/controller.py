@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from torchrun_operator import metrics
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
+from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
 from torchrun_operator.kube.podwatch import PodWatcher
@@ -359,7 +360,7 @@ class Controller:
             return
         if self.rankmap is not None:
             # Which pods to read next: the running pods of the attempt the plan recorded.
-            running = plan.status.get("phase") not in ("Succeeded", "Failed", "Suspended")
+            running = plan.status.get("phase") not in (*FINISHED, Phase.SUSPENDED)
             attempt = plan.status.get("attempt")
             self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
         metrics.observe_reconcile(time.monotonic() - started, error=False)
@@ -456,8 +457,12 @@ class Controller:
         ns, name = meta["namespace"], meta["name"]
         key = (ns, name)
         old_status = job.get("status") or {}
-        if plan.status != old_status and not self._patch_status(job, plan.status):
-            return
+        if plan.status != old_status:
+            if not self._patch_status(job, plan.status):
+                return
+            # What the plan decided is counted once it is written, never for a plan that lost
+            # a conflict (decided again from the job as it is now) or failed.
+            metrics.record_transitions(plan.transitions)
         # Deletes fan out like creates: a 512-pod gang restart must not pay 512 round trips
         # in a row. list() waits for all of them and re-raises the first error.
         uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
@@ -570,9 +575,6 @@ class Controller:
                 self._reread(job)
                 return False
             raise
-        metrics.record_status_change(
-            metrics.status_change(job.get("status"), status, meta.get("creationTimestamp"))
-        )
         self.jobs.put(json.loads(resp.data))
         self._publish_phases()
         return True

@@ -14,8 +14,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -31,23 +29,23 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from torchrun_operator.api import timefmt
+from torchrun_operator.api.status_names import ConditionType, Phase, RestartKind
 from torchrun_operator.reconcile import conditions
+from torchrun_operator.reconcile.plan import PhaseChanged, Reached, Restarted, Transition
 
 __all__ = [
     "PHASES",
     "RESTART_KINDS",
     "Metrics",
-    "StatusChange",
     "count_api_call",
     "count_restart",
     "default",
     "phase_counts",
-    "status_change",
     "observe_reconcile",
     "observe_time_to_rendezvous",
     "observe_time_to_running",
     "progress_samples",
-    "record_status_change",
+    "record_transitions",
     "set_jobs_by_phase",
     "set_status_source",
     "start_metrics_server",
@@ -57,8 +55,9 @@ NAMESPACE = "torchrun_operator"
 
 # Every phase a job's status can have (docs/design.md): the gauge reports 0 for phases with no
 # job, so a dashboard does not show a stale value after the last job of a phase goes away.
-PHASES = ("Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
-RESTART_KINDS = ("user", "infrastructure")
+PHASES = tuple(Phase)
+# The restarts counter's label: who caused it. An elastic replacement is the infrastructure's.
+RESTART_KINDS = (RestartKind.USER, RestartKind.INFRASTRUCTURE)
 
 # Pod scheduling plus image pull can take minutes on a cold GPU node; rendezvous waits on the
 # slowest pod. Buckets span a second to an hour.
@@ -85,6 +84,13 @@ class Metrics:
             "Gang restarts, by cause: user (the training code failed) or "
             "infrastructure (a pod or node was lost).",
             ["kind"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.phase_transitions = Counter(
+            "phase_transitions",
+            "Phase changes the operator decided, by the phase left and the phase entered.",
+            ["from_phase", "to_phase"],
             namespace=NAMESPACE,
             registry=r,
         )
@@ -154,80 +160,20 @@ class Metrics:
     def observe_time_to_rendezvous(self, seconds: float) -> None:
         self.time_to_rendezvous.observe(seconds)
 
-    def record_status_change(self, change: StatusChange) -> None:
-        for kind in change.restarts:
-            self.count_restart(kind)
-        if change.time_to_running is not None:
-            self.observe_time_to_running(change.time_to_running)
-        if change.time_to_rendezvous is not None:
-            self.observe_time_to_rendezvous(change.time_to_rendezvous)
-
-
-# ---- pure: what a status change means for the metrics -----------------------------------
-
-
-@dataclass(frozen=True)
-class StatusChange:
-    """The observations one status update of one job yields."""
-
-    restarts: list[str] = field(default_factory=list)  # one kind per gang restart
-    time_to_running: float | None = None
-    time_to_rendezvous: float | None = None
-
-
-def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
-
-
-def _became_true(old: Mapping[str, Any], new: Mapping[str, Any], type_: str) -> datetime | None:
-    """lastTransitionTime of `type_` when it is True in `new` and was not in `old`."""
-    now = conditions.get(_conditions(new), type_)
-    if now is None or now.get("status") != "True" or conditions.is_true(_conditions(old), type_):
-        return None
-    return timefmt.parse(now.get("lastTransitionTime"))
-
-
-def _restart_count(status: Mapping[str, Any]) -> int:
-    counters = status.get("counters") or {}
-    try:
-        return int(counters.get("restarts") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def status_change(
-    old: Mapping[str, Any] | None, new: Mapping[str, Any], created: str | None
-) -> StatusChange:
-    """What the operator's metrics learn when a job's status goes from `old` to `new`.
-
-    - restarts: `counters.restarts` grew; each new one is labelled by the `kind` of the
-      matching entry of the `restarts` history (`user`; `infrastructure` and an elastic
-      `replacement` count as infrastructure; infrastructure when the history says nothing).
-    - time to running / rendezvous: the `Running` / `RendezvousDone` condition turned True;
-      measured from the start of the attempt (`lastRestartTime` after a gang restart, else
-      the job's creation) to the condition's `lastTransitionTime`. Condition times have
-      one-second resolution, so these are whole seconds.
-    """
-    old = old or {}
-    grew = max(0, _restart_count(new) - _restart_count(old))
-    history = [r for r in new.get("restarts") or [] if isinstance(r, Mapping)]
-    recent = history[-grew:] if grew else []
-    kinds = ["user" if r.get("kind") == "user" else "infrastructure" for r in recent]
-    kinds += ["infrastructure"] * (grew - len(kinds))
-
-    start = timefmt.parse(new.get("lastRestartTime")) if new.get("attempt") else None
-    start = start or timefmt.parse(created)
-
-    def since_start(at: datetime | None) -> float | None:
-        if at is None or start is None:
-            return None
-        return max(0.0, (at - start).total_seconds())
-
-    return StatusChange(
-        restarts=kinds,
-        time_to_running=since_start(_became_true(old, new, "Running")),
-        time_to_rendezvous=since_start(_became_true(old, new, "RendezvousDone")),
-    )
+    def record_transitions(self, transitions: Iterable[Transition]) -> None:
+        """Count what one reconciliation decided (reconcile.Plan.transitions); the caller
+        records a plan once, after its status was written."""
+        for t in transitions:
+            if isinstance(t, PhaseChanged):
+                self.phase_transitions.labels(from_phase=t.before, to_phase=t.after).inc()
+            elif isinstance(t, Restarted):
+                user = t.kind == RestartKind.USER
+                self.count_restart(RestartKind.USER if user else RestartKind.INFRASTRUCTURE)
+            elif isinstance(t, Reached) and t.seconds is not None:
+                if t.condition == ConditionType.RUNNING:
+                    self.observe_time_to_running(t.seconds)
+                else:
+                    self.observe_time_to_rendezvous(t.seconds)
 
 
 # ---- live progress, from the jobs' statuses at scrape time -------------------------------
@@ -249,7 +195,7 @@ JOB_METRICS = {
 }
 RANK_LABELS = ("namespace", "job", "index", "node_rank", "pod")
 JOB_LABELS = ("namespace", "job")
-_RUNNING = ("Starting", "Running")
+_RUNNING = (Phase.STARTING, Phase.RUNNING)
 
 
 def _num(value: object) -> float | None:
@@ -258,9 +204,8 @@ def _num(value: object) -> float | None:
     return None
 
 
-def _ts(value: object) -> float | None:
-    t = timefmt.parse(value)
-    return t.timestamp() if t else None
+def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(c) for c in status.get("conditions") or [] if isinstance(c, Mapping)]
 
 
 def progress_samples(
@@ -285,7 +230,7 @@ def progress_samples(
                 "" if node_rank is None else str(node_rank),
                 str(r.get("pod", "")),
             )
-            last = _ts(r.get("lastStepAt"))
+            last = timefmt.seconds(r.get("lastStepAt"))
             for name, value in (
                 ("rank_step", _num(r.get("step"))),
                 ("rank_steps_per_second", _num(r.get("stepsPerSecond"))),
@@ -300,11 +245,11 @@ def progress_samples(
             ("job_step", _num(progress.get("step"))),
             ("job_total_steps", _num(progress.get("totalSteps"))),
             ("job_steps_per_second", _num(progress.get("stepsPerSecond"))),
-            ("job_eta_timestamp_seconds", _ts(progress.get("eta"))),
+            ("job_eta_timestamp_seconds", timefmt.seconds(progress.get("eta"))),
         ):
             if value is not None:
                 out.append((name, key, value))
-        straggler = conditions.get(_conditions(status), "Straggler")
+        straggler = conditions.get(_conditions(status), ConditionType.STRAGGLER)
         if straggler is not None:
             out.append(("job_straggler", key, 1.0 if straggler.get("status") == "True" else 0.0))
     return out
@@ -338,7 +283,7 @@ def phase_counts(statuses: Iterable[Mapping[str, Any] | None]) -> dict[str, int]
     """Jobs per phase; a job with no status yet counts as Pending."""
     counts: dict[str, int] = {}
     for st in statuses:
-        phase = str((st or {}).get("phase") or "Pending")
+        phase = str((st or {}).get("phase") or Phase.PENDING)
         counts[phase] = counts.get(phase, 0) + 1
     return counts
 
@@ -373,8 +318,8 @@ def observe_time_to_rendezvous(seconds: float) -> None:
     default.observe_time_to_rendezvous(seconds)
 
 
-def record_status_change(change: StatusChange) -> None:
-    default.record_status_change(change)
+def record_transitions(transitions: Iterable[Transition]) -> None:
+    default.record_transitions(transitions)
 
 
 def set_status_source(source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:

@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 from kubernetes import client, utils
+from torchrun_operator.api.names import GROUP, LABEL_JOB_NAME, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
-GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
-JOB_LABEL = "torchrun.dev/job-name"
+JOB_LABEL = LABEL_JOB_NAME
 # Not pulled on the local cluster (pods run with the test environment's Python and torch);
 # the image a user would name.
 IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime
 from typing import Any
 
 import pytest
 from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from torchrun_operator.api import timefmt
+from torchrun_operator.reconcile import conditions
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -66,10 +67,9 @@ def scripted(name: str, args: list[str], nodes: int = 2, **spec: Any) -> list[di
 
 
 def elapsed(start: str, end: str) -> float:
-    def parse(t: str) -> datetime:
-        return datetime.fromisoformat(t.replace("Z", "+00:00"))
-
-    return (parse(end) - parse(start)).total_seconds()
+    began, ended = timefmt.seconds(start), timefmt.seconds(end)
+    assert began is not None and ended is not None, (start, end)
+    return ended - began
 
 
 def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
@@ -81,7 +81,9 @@ def patch_spec(kube: client.ApiClient, ns: str, name: str, spec: dict[str, Any])
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions", []) if c["type"] == type_)
+    found = conditions.get(status.get("conditions") or [], type_)
+    assert found is not None, (type_, status.get("conditions"))
+    return found
 
 
 def live_pods(kube: client.ApiClient, ns: str, name: str) -> list[Any]:

@@ -91,6 +91,16 @@ def test_a_job_shows_up_in_every_metric(
     assert value(after, "torchrun_operator_time_to_rendezvous_seconds_sum") >= value(
         before, "torchrun_operator_time_to_rendezvous_seconds_sum"
     )
+    # The phases the operator took it through, each change counted as it decided it.
+    started = {"from_phase": "Pending", "to_phase": "Starting"}
+    assert grew("torchrun_operator_phase_transitions_total", **started) >= 1
+    assert (
+        sum(
+            grew("torchrun_operator_phase_transitions_total", from_phase=p, to_phase="Succeeded")
+            for p in ("Starting", "Running")
+        )
+        >= 1
+    )
     # No gang restart in a job that succeeded first time; both series exist anyway.
     assert grew("torchrun_operator_restarts_total", kind="user") == 0
     assert ("torchrun_operator_restarts_total", frozenset({("kind", "infrastructure")})) in after

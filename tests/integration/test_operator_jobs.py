@@ -19,6 +19,7 @@ from dtj import (
     wait_phase,
 )
 from kubernetes import client
+from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.ranks import parse_ranks
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -74,7 +75,7 @@ def test_cpu_example_succeeds_with_per_rank_status_and_owned_children(
         assert [o.uid for o in obj.metadata.owner_references] == [uid]
 
     client.CustomObjectsApi(kube).delete_namespaced_custom_object(
-        "torchrun.dev", "v1alpha1", namespace, "distributedtrainingjobs", name
+        GROUP, VERSION, namespace, PLURAL, name
     )
 
     def children_gone() -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from torchrun_operator import metrics
 from torchrun_operator.controller import Controller
 from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
 
@@ -559,3 +560,32 @@ def test_resync_forgets_jobs_that_vanished_while_the_watch_was_down() -> None:
     assert h.ctrl.jobs.get(("ns", "ghost")) is None
     assert h.ctrl.jobs.get(("ns", "job")) is not None
     assert h.ctrl.jobs.get(("ns", "newer")) is not None, "created after the list: kept"
+
+
+def _count(name: str, **labels: str) -> float:
+    return metrics.default.registry.get_sample_value(f"torchrun_operator_{name}", labels) or 0.0
+
+
+@pytest.mark.parametrize("fault", [409, 500])
+def test_a_plan_is_counted_once_and_only_after_its_status_is_written(fault: int) -> None:
+    """The metrics count what a plan decided once its status is written: a plan refused (a
+    conflict, an error) counts nothing; the plan decided again, and written, counts once."""
+    job = make_job()
+    job["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    h = Harness(job)
+    start(h)
+    for name in ("job-0", "job-1"):
+        h.api.set_pod(name, running())
+    to_running = {"from_phase": "Starting", "to_phase": "Running"}
+    phases = _count("phase_transitions_total", **to_running)
+    timed = _count("time_to_running_seconds_count")
+    h.api.fail = lambda verb, what: fault if what == "status" else None
+    h.sync(1)
+    assert h.status["phase"] == "Starting"
+    assert _count("phase_transitions_total", **to_running) == phases
+    h.api.fail = lambda verb, what: None
+    for _ in range(3):
+        h.sync(1)
+    assert h.status["phase"] == "Running"
+    assert _count("phase_transitions_total", **to_running) == phases + 1
+    assert _count("time_to_running_seconds_count") == timed + 1

@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from . import launchcmd
 from .names import STATUS_PORT
+from .status_names import Phase, RestartKind
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -618,8 +619,6 @@ def trainer_gpu_limit(spec: JobSpec) -> int | None:
 
 # ---- status ---------------------------------------------------------------------------------
 
-Phase = Literal["Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
-
 
 class Condition(_Wire):
     """A condition with Kubernetes semantics: lastTransitionTime moves only when status flips."""
@@ -752,7 +751,7 @@ class RestartRecord(_Wire):
     """The index of the pod that failed, if any."""
     node_rank: int | None = None
     """torchrun's node rank of the pod that failed, if known."""
-    kind: Literal["user", "infrastructure", "suspend", "replacement"] | None = None
+    kind: RestartKind | None = None
     """What caused it: the program (user), the pods or nodes (infrastructure), a resume
     (suspend), or an elastic pod replacement."""
     step: int | None = None

@@ -17,6 +17,7 @@ import yaml
 
 from torchrun_operator.api import timefmt
 from torchrun_operator.api.ranks import parse_ranks
+from torchrun_operator.api.status_names import Phase
 
 __all__ = [
     "FormatError",
@@ -125,7 +126,7 @@ def format_job_list(jobs: Sequence[Obj], now: datetime, all_namespaces: bool = F
         meta, status = _meta(job), _status(job)
         row = [
             meta.get("name"),
-            status.get("phase", "Pending" if not status else None),
+            status.get("phase", Phase.PENDING if not status else None),
             _nodes_ready(status),
             status.get("worldSize", "-"),
             status.get("attempt", 0),
@@ -215,7 +216,7 @@ def format_job_status(job: Obj, now: datetime) -> str:
     summary = [
         ("Name", meta.get("name")),
         ("Namespace", meta.get("namespace")),
-        ("Phase", status.get("phase", "Pending")),
+        ("Phase", status.get("phase", Phase.PENDING)),
         ("Attempt", status.get("attempt", 0)),
         ("World size", status.get("worldSize", "-")),
         # `summary` repeats ready/desired for kubectl's printer columns.

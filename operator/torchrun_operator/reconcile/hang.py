@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..api.timefmt import fmt, seconds
 from .observe import Live, PodView, StackSummary
-from .timefmt import fmt, seconds
 
 # After every pod is Running, launchers get joinTimeoutSeconds to rendezvous; the margin
 # covers their DNS wait (negative DNS caching included) and the readiness probe's period.

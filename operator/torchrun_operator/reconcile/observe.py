@@ -11,7 +11,8 @@ from typing import Any
 
 from ..api import names
 from ..api.ranks import format_ranks
-from .timefmt import fmt, parse
+from ..api.status_names import RankPhase
+from ..api.timefmt import fmt, parse
 
 TERMINAL = ("Succeeded", "Failed")
 MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
@@ -286,7 +287,7 @@ def rank_entry(
     entry["round"] = first(
         _nonneg_int(report.get("round")), lv.round, _nonneg_int(same.get("round"))
     )
-    entry["phase"] = "Terminating" if pod.terminating and not pod.terminal else pod.phase
+    entry["phase"] = RankPhase.TERMINATING if pod.terminating and not pod.terminal else pod.phase
     entry["ready"] = pod.ready
     entry["restarts"] = first(
         _nonneg_int(report.get("restarts")), lv.restarts, _nonneg_int(same.get("restarts"))

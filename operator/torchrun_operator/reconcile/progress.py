@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..api.timefmt import fmt, seconds
 from .observe import Live
-from .timefmt import fmt, seconds
 
 
 def _int(value: object) -> int | None:

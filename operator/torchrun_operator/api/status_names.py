@@ -1,0 +1,121 @@
+"""The words a job's status is made of: phases, condition types, reasons and restart kinds.
+
+One home for each: the reconciler writes them, the metrics, kubectl-dtj and the tests read
+them, and the CRD's schema (api/models.py) takes its phase and restart-kind enums from here.
+They are `StrEnum`s, so a member is the very string the status holds (`Phase.RUNNING ==
+"Running"`) and goes into JSON and the API unchanged.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "FINISHED",
+    "ConditionType",
+    "Phase",
+    "PodPhase",
+    "RankPhase",
+    "Reason",
+    "RestartKind",
+]
+
+
+class Phase(StrEnum):
+    """status.phase (docs/design.md, "Phases")."""
+
+    PENDING = "Pending"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+
+
+# Phases a job never leaves (only its TTL deletes it).
+FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(StrEnum):
+    """status.conditions[].type."""
+
+    CREATED = "Created"
+    RENDEZVOUS_DONE = "RendezvousDone"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    BLOCKED = "Blocked"
+    STRAGGLER = "Straggler"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Reason(StrEnum):
+    """The reasons the reconciler gives its conditions and events, and the job-level failure
+    reasons it decides itself. A failure's reason can also be one a pod reported (an
+    exception's, OOMKilled, Evicted: reconcile/rootcause.py); those are the pod's words."""
+
+    # Blocked
+    OBJECT_IN_THE_WAY = "ObjectInTheWay"
+    POD_CREATE_REFUSED = "PodCreateRefused"
+    UNBLOCKED = "Unblocked"
+    # Suspended, resumed
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    # Created, RendezvousDone, Running, Restarting while an attempt starts and runs
+    PODS_CREATED = "PodsCreated"
+    WAITING = "Waiting"
+    STARTED = "Started"
+    ALL_PODS_RUNNING = "AllPodsRunning"
+    ALL_PODS_READY = "AllPodsReady"
+    RENDEZVOUS_DONE = "RendezvousDone"  # the event when it completes
+    RESTARTING = "Restarting"
+    # Straggler
+    MEASURING = "Measuring"
+    NO_STRAGGLERS = "NoStragglers"
+    SLOW_PODS = "SlowPods"
+    NOT_RUNNING = "NotRunning"
+    STRAGGLER = "Straggler"  # the event
+    # Succeeded
+    ALL_RANKS_SUCCEEDED = "AllRanksSucceeded"
+    RANK_ZERO_SUCCEEDED = "RankZeroSucceeded"
+    # Failed, and failures the reconciler names itself
+    INVALID_SPEC = "InvalidSpec"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
+    CRASH_LOOP_NO_PROGRESS = "CrashLoopNoProgress"
+    RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
+    PROGRESS_STALLED = "ProgressStalled"
+    POD_DELETED = "PodDeleted"
+    NODE_LOST = "NodeLost"
+    # events about single pods
+    RANK_FAILED = "RankFailed"
+    POD_REPLACED = "PodReplaced"
+
+
+class RestartKind(StrEnum):
+    """status.restarts[].kind: what caused a new attempt or a new pod."""
+
+    USER = "user"
+    INFRASTRUCTURE = "infrastructure"
+    SUSPEND = "suspend"
+    REPLACEMENT = "replacement"
+
+
+class PodPhase(StrEnum):
+    """A Kubernetes pod's status.phase."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class RankPhase(StrEnum):
+    """status.ranks[].phase where it is not the pod's own phase (PodPhase)."""
+
+    CREATING = "Creating"  # planned; the pod is not seen yet
+    TERMINATING = "Terminating"  # being deleted
+    DELETED = "Deleted"  # gone before it ended

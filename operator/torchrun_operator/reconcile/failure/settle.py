@@ -1,0 +1,73 @@
+"""When failures are acted on, and on whose clock.
+
+While other pods still run, their reports may name the real culprit: when rank 3 raises on
+the store host, the other node's agent often dies first, of a lost store connection. So a
+failure that restarting may fix waits until every pod has ended, or SETTLE_SECONDS after the
+first report; lost pods need no settling (nothing another node reports can explain them
+away). Times are the operator's: node clocks may be off by any amount.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...api.timefmt import seconds
+from ..context import Ctx, Seen, entries, node_ranks
+from ..rootcause import WINDOW, Candidate
+
+# A failure that restarting may fix is acted on only once the other nodes have had time to
+# report, or have all stopped: their reports may hold the exception that really caused it.
+SETTLE_SECONDS = 2 * WINDOW
+# How long before the operator sees a pod's failure it can have happened, on the operator's
+# clock (the agent's report, the kubelet's status sync, the watch). Node-reported times are
+# clamped to it; with the 1 s of whole-second stamps it stays inside the root-cause WINDOW.
+REPORT_LAG = 2.0
+
+
+def observed_at(ctx: Ctx) -> dict[int, float]:
+    """Per pod index, when the operator first saw its pod fail (its own clock)."""
+    out: dict[int, float] = {}
+    for entry in entries(ctx.status):
+        at = seconds(entry.get("failureObservedAt"))
+        if at is not None:
+            out[int(entry["index"])] = at
+    return out
+
+
+def with_node_rank(ctx: Ctx, c: Candidate) -> Candidate:
+    if c.node_rank is not None:
+        return c
+    return replace(c, node_rank=node_ranks(ctx).get(c.node_index))
+
+
+def on_operator_clock(ctx: Ctx, candidates: list[Candidate]) -> list[Candidate]:
+    """Node clocks may be off by any amount. A failure happened before the operator saw it,
+    and (the operator watching all along) not long before: each reported time is clamped
+    into [seen - REPORT_LAG, seen + 1 s] (the status keeps whole seconds). Clamping is
+    monotonic, so reports seen together keep their order; a node an hour ahead cannot
+    postpone its failure, and one far behind cannot put a consequence (a lost connection)
+    before its cause by more than a few seconds, within WINDOW, where an exception outranks
+    it."""
+    observed = observed_at(ctx)
+    out = []
+    for c in candidates:
+        seen = observed.get(c.node_index)
+        if seen is not None:
+            c = replace(c, at=min(max(c.at, seen - REPORT_LAG), seen + 1.0))
+        out.append(c)
+    return out
+
+
+def waiting(ctx: Ctx, seen: Seen) -> bool:
+    """Whether to wait for more reports before acting (a requeue is planned for when the
+    window ends): some pods still run and the first report is less than SETTLE_SECONDS old.
+    Measured on the operator's clock (when it saw each failure), never a node's."""
+    observed = observed_at(ctx)
+    reported = [observed.get(c.node_index, c.at) for c in seen.candidates if c.kind != "lost"]
+    if not seen.alive or not reported:
+        return False
+    settle_at = min(reported) + SETTLE_SECONDS
+    if ctx.now < settle_at:
+        ctx.requeue.append(settle_at - ctx.now)
+        return True
+    return False
