@@ -105,6 +105,8 @@ WORKLOADS = {
             ("data_share", "time waiting for the next batch (share)", "ratio"),
             ("cpu_s_per_epoch", "CPU s per epoch, busiest rank", "ratio"),
             ("nivcsw_per_epoch", "involuntary context switches per epoch", "ratio"),
+            ("machine_busy_share", "machine: CPUs busy while timed (share)", "ratio"),
+            ("machine_steal_share", "machine: CPU steal while timed (share)", "ratio"),
             ("startup_first_batch_s", "launch -> first step done (s)", "delta"),
             ("wall_s", "launch -> all processes exited (s)", "delta"),
         ),
@@ -283,9 +285,24 @@ def layout_procs(
 # running
 
 
+@dataclass
+class Started:
+    """A layout's processes, started at ``t0``."""
+
+    layout: str
+    t0: float
+    running: list[tuple[Proc, subprocess.Popen[bytes], Path]]
+
+
 def run_layout(
     layout: str, args: argparse.Namespace, script_args: list[str], base: Path
 ) -> dict[str, Any]:
+    return finish_layout(start_layout(layout, args, script_args, base), args)
+
+
+def start_layout(
+    layout: str, args: argparse.Namespace, script_args: list[str], base: Path
+) -> Started:
     procs = layout_procs(layout, args, script_args, base / layout)
     common = {"BENCH_T0": "", "PYTHONUNBUFFERED": "1"}
     if args.cpu:
@@ -308,6 +325,11 @@ def run_layout(
                 start_new_session=True,
             )
         running.append((p, popen, log))
+    return Started(layout, t0, running)
+
+
+def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
+    layout, t0, running = started.layout, started.t0, started.running
     deadline = t0 + args.timeout
     codes = []
     for p, popen, log in running:
@@ -413,7 +435,7 @@ def compare(kind: str, value: float, base: float) -> str:
 def _fmt(key: str, value: float) -> str:
     if key == "busbw_gbps" or key == "images_per_s" or key.startswith("nivcsw"):
         return f"{value:.1f}"
-    if key == "data_share":
+    if key.endswith("_share"):
         return f"{value:.1%}"
     return f"{value:.2f}"
 
@@ -562,7 +584,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="runs of each layout, interleaved; the table shows medians",
     )
-    p.add_argument("--layouts", default=",".join(LAYOUTS), help="for debugging: a subset")
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help="a subset, comma-separated")
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="start the layouts of each repeat at the same time, on the same GPUs: each "
+        "repeat compares them under the same machine conditions (the CPU-bound data "
+        "workload only; the step workload would measure the sharing)",
+    )
     p.add_argument("--steps", type=int, default=None, help="step workload: timed steps")
     p.add_argument("--warmup", type=int, default=None, help="step workload: warm-up steps")
     p.add_argument(
@@ -639,12 +668,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Interleaved, so drift in clocks or heat hits all alike, and the order rotates
             # each repeat, so no layout always runs first (after the others' page cache, say).
             k = r % len(layouts)
-            for layout in layouts[k:] + layouts[:k]:
-                res = run_layout(layout, args, script_args, base / f"r{r}")
+            order = layouts[k:] + layouts[:k]
+            if args.concurrent:
+                started = [start_layout(x, args, script_args, base / f"r{r}") for x in order]
+                results = [finish_layout(st, args) for st in started]
+            else:
+                results = [run_layout(x, args, script_args, base / f"r{r}") for x in order]
+            for layout, res in zip(order, results, strict=True):
                 runs[layout].append(res)
                 print(progress_line(layout, r, res, workload), file=sys.stderr, flush=True)
-                if args.json_out:  # what ran so far survives a run that is cut off
-                    args.json_out.write_text(json.dumps({"runs": runs}, indent=1))
+            if args.json_out:  # what ran so far survives a run that is cut off
+                args.json_out.write_text(json.dumps({"runs": runs}, indent=1))
     finally:
         if args.keep:
             shutil.copytree(base, args.keep, dirs_exist_ok=True)
@@ -670,6 +704,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(f"{x} {v:.2%}" for x, v in spread.items())
         + ")"
     )
+    if "bare" in layouts and len(layouts) > 1:
+        # Each repeat's layouts ran back to back (or at once): their ratio cancels drift that
+        # is slower than a repeat, which the medians over repeats do not.
+        for x in layouts:
+            if x != "bare":
+                pairs = [o[key] / b[key] for o, b in zip(runs[x], runs["bare"], strict=True)]
+                print(
+                    f"paired ratios {x}/bare, {key}: "
+                    + " ".join(f"{v:.3f}" for v in pairs)
+                    + f" (median {statistics.median(pairs):.3f}, "
+                    f"{sum(v > 1 for v in pairs)} of {len(pairs)} above 1)"
+                )
     if "bare" in layouts:
         print(table(figures, workload, args.nproc, unit))
     else:

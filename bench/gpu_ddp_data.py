@@ -144,6 +144,12 @@ def process_facts() -> dict[str, Any]:
     }
 
 
+def _cpu_ticks() -> list[int]:
+    """The machine's CPU time by state (user nice system idle iowait irq softirq steal)."""
+    line = (_read("/proc/stat") or "cpu").splitlines()[0].split()
+    return [int(v) for v in line[1:9]] or [0] * 8
+
+
 def emit(obj: dict[str, Any]) -> None:
     """One line in one write: ranks of a node share the same stdout file."""
     os.write(1, (json.dumps(obj, sort_keys=True) + "\n").encode())
@@ -272,6 +278,7 @@ def main() -> None:
 
     epochs: list[float] = []
     data_s = 0.0
+    stat0 = _cpu_ticks()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -288,7 +295,9 @@ def main() -> None:
         sync()
         epochs.append(time.perf_counter() - start)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    stat1 = _cpu_ticks()
     n = max(args.epochs, 1)
+    ticks = [b - a for a, b in zip(stat0, stat1, strict=True)]
 
     mine = {
         "epoch_s_mean": statistics.fmean(epochs),
@@ -297,6 +306,10 @@ def main() -> None:
         "data_share": data_s / sum(epochs),
         "cpu_s_per_epoch": (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n,
         "nivcsw_per_epoch": (ru1.ru_nivcsw - ru0.ru_nivcsw) / n,
+        # The whole machine's, from /proc/stat: how busy it was while this rank trained, and
+        # the time its virtual CPUs were runnable but the hypervisor ran something else.
+        "machine_busy_share": 1 - (ticks[3] + ticks[4]) / max(sum(ticks), 1),
+        "machine_steal_share": (ticks[7] if len(ticks) > 7 else 0) / max(sum(ticks), 1),
         "startup_import_s": T_SCRIPT - t0,
         "startup_first_batch_s": t_first - t0,
     }
@@ -310,6 +323,7 @@ def main() -> None:
         result: dict[str, Any] = dict(worst)
         result.update(
             bench="gpu_ddp_data",
+            ranks=ranks,
             backend=backend,
             world_size=world,
             params=params,
