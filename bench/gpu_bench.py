@@ -123,6 +123,7 @@ FACT_ROWS = (
     ("nice", "nice"),
     ("cgroup_cpu_max", "cgroup cpu.max"),
     ("os_threads", "OS threads after init_process_group"),
+    ("os_thread_names", "their names (/proc/self/task/*/comm)"),
     ("faulthandler", "faulthandler enabled"),
     ("orig_argv", "worker command line (first 6 words)"),
 )
@@ -474,6 +475,8 @@ def _fact(facts: list[dict[str, Any]], key: str) -> str:
         v = f.get(key)
         if key == "orig_argv" and isinstance(v, list):
             v = " ".join(os.path.basename(a) for a in v[:6])
+        elif isinstance(v, list):
+            v = ", ".join(f"{n} x{v.count(n)}" if v.count(n) > 1 else n for n in sorted(set(v)))
         vals.append("-" if v is None else str(v))
     return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
 

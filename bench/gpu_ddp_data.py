@@ -138,6 +138,9 @@ def process_facts() -> dict[str, Any]:
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "cgroup_cpu_max": _read("/sys/fs/cgroup/cpu.max"),
         "os_threads": len(os.listdir("/proc/self/task")),
+        "os_thread_names": sorted(
+            _read(f"/proc/self/task/{t}/comm") or "?" for t in os.listdir("/proc/self/task")
+        ),
         "faulthandler": faulthandler.is_enabled(),
         "env_names": sorted(env),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(VALUE_PREFIXES)},
