@@ -355,6 +355,7 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
     tag = WORKLOADS[args.workload].tag
     result: dict[str, Any] | None = None
     facts: list[dict[str, Any]] = []
+    cpus: list[dict[str, Any]] = []
     for _, _, log in running:
         for line in log.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
@@ -363,12 +364,16 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
                 result = json.loads(line)
             elif '"bench": "gpu_ddp_facts"' in line:
                 facts.append(json.loads(line))
+            elif '"bench": "gpu_ddp_cpus"' in line:
+                cpus.append(json.loads(line))
     if result is None:
         raise RuntimeError(f"{layout}: no result line\n{_tail(running[0][2])}")
     result["wall_s"] = wall
     result["layout"] = layout
     if facts:
         result["facts"] = sorted(facts, key=lambda f: int(f["rank"]))
+    if cpus:  # per rank: {CPU: batches loaded there}
+        result["cpus_seen"] = [c["cpus_seen"] for c in sorted(cpus, key=lambda c: c["rank"])]
     result["processes"] = [
         {
             "name": p.name,

@@ -153,6 +153,13 @@ def _cpu_ticks() -> list[int]:
     return [int(v) for v in line[1:9]] or [0] * 8
 
 
+def current_cpu() -> int:
+    """The CPU this process last ran on (/proc/self/stat's "processor"), -1 if unknown."""
+    stat = _read("/proc/self/stat") or ""
+    fields = stat.rsplit(")", 1)[-1].split()
+    return int(fields[36]) if len(fields) > 36 else -1
+
+
 def emit(obj: dict[str, Any]) -> None:
     """One line in one write: ranks of a node share the same stdout file."""
     os.write(1, (json.dumps(obj, sort_keys=True) + "\n").encode())
@@ -280,6 +287,7 @@ def main() -> None:
     dist.barrier()
 
     epochs: list[float] = []
+    cpus_seen: dict[int, int] = {}  # CPU -> batches it loaded: where the scheduler put us
     data_s = 0.0
     stat0 = _cpu_ticks()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -294,6 +302,8 @@ def main() -> None:
             except StopIteration:
                 break
             data_s += time.perf_counter() - s
+            cpu = current_cpu()
+            cpus_seen[cpu] = cpus_seen.get(cpu, 0) + 1
             train_step(x, y)
         sync()
         epochs.append(time.perf_counter() - start)
@@ -316,6 +326,7 @@ def main() -> None:
         "startup_import_s": T_SCRIPT - t0,
         "startup_first_batch_s": t_first - t0,
     }
+    emit({"bench": "gpu_ddp_cpus", "rank": rank, "cpus_seen": cpus_seen})
     keys = sorted(mine)
     local = torch.tensor([mine[k] for k in keys], dtype=torch.float64, device=device)
     gathered = [torch.empty_like(local) for _ in range(world)]
