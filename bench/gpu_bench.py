@@ -2,7 +2,7 @@
 
 Three layouts run one after another in this one process, on the same GPUs:
 
-* ``bare``: ``torchrun --standalone --nproc-per-node N gpu_ddp_step.py`` (the baseline);
+* ``bare``: ``torchrun --standalone --nproc-per-node N <script>`` (the baseline);
 * ``one-pod``: the job ``nodes=1, nprocPerNode=gpu`` with an ``nvidia.com/gpu`` limit of N;
 * ``two-pods``: the job ``nodes=N, nprocPerNode=gpu`` with a limit of 1 GPU per pod.
 
@@ -15,9 +15,15 @@ two-pod layout EMULATES separate pods on one host: ``NCCL_P2P_DISABLE=1 NCCL_SHM
 one GPU visible per process, so NCCL talks over the network stack as separate pods without
 shared memory or P2P would; it is not a real two-pod deployment (no veth, no CNI).
 
+Two workloads (``--workload``): ``step`` (gpu_ddp_step.py: DDP step time of a 100M-parameter
+MLP on synthetic tensors, all-reduce bandwidth, startup) and ``data`` (gpu_ddp_data.py: epoch
+time of a small CNN fed by a CPU-heavy torchvision pipeline with no loader workers, and what
+each worker process sees of its CPU: threads, affinity, environment).
+
 Figures are ratios or differences against the bare run of the same call (bench/README.md).
 
     python bench/gpu_bench.py                    # 2 GPUs, nccl
+    python bench/gpu_bench.py --workload data --layouts bare,one-pod --repeats 5
     python bench/gpu_bench.py --smoke --cpu      # gloo on CPU, tiny model: CI's rot check
 """
 
@@ -40,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_SCRIPT = ROOT / "bench" / "gpu_ddp_step.py"
+BENCH_DIR = ROOT / "bench"
 LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
 if str(ROOT / "operator") not in sys.path:
     sys.path.insert(0, str(ROOT / "operator"))
@@ -49,8 +55,8 @@ from torchrun_operator.api import models, names  # noqa: E402
 from torchrun_operator.render import pod as podmod  # noqa: E402
 from torchrun_operator.render import render_pod  # noqa: E402
 
-# Where the training script lives in the (notional) image; mapped to STEP_SCRIPT locally.
-IMAGE_SCRIPT = "/workspace/gpu_ddp_step.py"
+# Where the training scripts live in the (notional) image; mapped to BENCH_DIR locally.
+IMAGE_DIR = "/workspace"
 JOB_NAME = "ddp-bench"
 JOB_UID = "00000000-0000-4000-8000-00000000bench"
 
@@ -60,30 +66,82 @@ HEADERS = {
     "one-pod": "one pod ({n} {unit}s)",
     "two-pods": "two pods (1 {unit} each, emulated)",
 }
-# (key in the result line, row label, how to compare with bare: "ratio" or "delta")
-ROWS: list[tuple[str, str, str]] = [
-    ("step_ms_mean", "DDP step, mean (ms)", "ratio"),
-    ("step_ms_median", "DDP step, median (ms)", "ratio"),
-    ("busbw_gbps", "all-reduce bus bandwidth (GB/s)", "ratio"),
-    ("startup_pg_s", "launch -> process group up (s)", "delta"),
-    ("startup_first_step_s", "launch -> first step done (s)", "delta"),
-    ("wall_s", "launch -> all processes exited (s)", "delta"),
-]
+VERSUS = {"one-pod": "one pod vs bare", "two-pods": "two pods vs bare"}
 STEP_TARGET = 0.01  # one-pod DDP step within 1% of bare torchrun
 STARTUP_TARGET_S = 2.0  # one-pod launch -> first step within 2 s of bare torchrun
+EPOCH_TARGET = 0.02  # data-loading-bound: one-pod epoch time within 2% of bare torchrun
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A training script and the figures its result line carries."""
+
+    script: str  # file name in bench/ (and in the notional image's IMAGE_DIR)
+    tag: str  # "bench" field of its result line
+    # (key in the result line, row label, how to compare with bare: "ratio" or "delta")
+    rows: tuple[tuple[str, str, str], ...]
+
+
+WORKLOADS = {
+    "step": Workload(
+        "gpu_ddp_step.py",
+        "gpu_ddp_step",
+        (
+            ("step_ms_mean", "DDP step, mean (ms)", "ratio"),
+            ("step_ms_median", "DDP step, median (ms)", "ratio"),
+            ("busbw_gbps", "all-reduce bus bandwidth (GB/s)", "ratio"),
+            ("startup_pg_s", "launch -> process group up (s)", "delta"),
+            ("startup_first_step_s", "launch -> first step done (s)", "delta"),
+            ("wall_s", "launch -> all processes exited (s)", "delta"),
+        ),
+    ),
+    "data": Workload(
+        "gpu_ddp_data.py",
+        "gpu_ddp_data",
+        (
+            ("epoch_s_mean", "epoch, mean (s)", "ratio"),
+            ("epoch_s_median", "epoch, median (s)", "ratio"),
+            ("images_per_s", "images/s, all ranks", "ratio"),
+            ("data_share", "time waiting for the next batch (share)", "ratio"),
+            ("cpu_s_per_epoch", "CPU s per epoch, busiest rank", "ratio"),
+            ("nivcsw_per_epoch", "involuntary context switches per epoch", "ratio"),
+            ("machine_busy_share", "machine: CPUs busy while timed (share)", "ratio"),
+            ("machine_steal_share", "machine: CPU steal while timed (share)", "ratio"),
+            ("startup_first_batch_s", "launch -> first step done (s)", "delta"),
+            ("wall_s", "launch -> all processes exited (s)", "delta"),
+        ),
+    ),
+}
+# What each worker reports of its process (gpu_ddp_data.py's facts line), as table rows.
+FACT_ROWS = (
+    ("OMP_NUM_THREADS", "OMP_NUM_THREADS"),
+    ("MKL_NUM_THREADS", "MKL_NUM_THREADS"),
+    ("torch_num_threads", "torch.get_num_threads()"),
+    ("torch_num_interop_threads", "torch.get_num_interop_threads()"),
+    ("affinity", "CPU affinity (sched_getaffinity)"),
+    ("cpu_count", "os.cpu_count()"),
+    ("nice", "nice"),
+    ("cgroup_cpu_max", "cgroup cpu.max"),
+    ("os_threads", "OS threads after init_process_group"),
+    ("os_thread_names", "their names (/proc/self/task/*/comm)"),
+    ("faulthandler", "faulthandler enabled"),
+    ("orig_argv", "worker command line (first 6 words)"),
+)
 
 
 # ------------------------------------------------------------------------------------------
 # the job and its pods
 
 
-def make_job(nodes: int, gpus_per_pod: int, nproc: int, script_args: list[str]) -> dict[str, Any]:
+def make_job(
+    nodes: int, gpus_per_pod: int, nproc: int, script: str, script_args: list[str]
+) -> dict[str, Any]:
     """A DistributedTrainingJob as a user would write it. With GPUs, nprocPerNode is "gpu"
     so the operator's own sizing (the nvidia.com/gpu limit) sets the worker count."""
     container: dict[str, Any] = {
         "name": "trainer",
         "image": "pytorch/pytorch:latest",
-        "command": ["python", IMAGE_SCRIPT],
+        "command": ["python", f"{IMAGE_DIR}/{script}"],
         "args": script_args,
     }
     spec: dict[str, Any] = {"nodes": nodes, "template": {"spec": {"containers": [container]}}}
@@ -142,7 +200,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
         podmod.LAUNCHER_PATH: str(LAUNCHER),
         podmod.PROGRESS_FILE: str(state / "progress"),
         models.STATE_DIR: str(state),
-        IMAGE_SCRIPT: str(STEP_SCRIPT),
+        IMAGE_DIR: str(BENCH_DIR),
     }
 
     def local(value: str) -> str:
@@ -187,6 +245,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
 def layout_procs(
     layout: str, args: argparse.Namespace, script_args: list[str], base: Path
 ) -> list[Proc]:
+    script = WORKLOADS[args.workload].script
     n = args.nproc
     gpus = list(range(n)) if not args.cpu else None
     if layout == "bare":
@@ -200,7 +259,7 @@ def layout_procs(
             "--standalone",
             "--nproc-per-node",
             str(n),
-            str(STEP_SCRIPT),
+            str(BENCH_DIR / script),
             *script_args,
         ]
         workdir = base / "bare"
@@ -208,7 +267,7 @@ def layout_procs(
         return [Proc("torchrun", argv, env, workdir)]
 
     nodes, per_pod = (1, n) if layout == "one-pod" else (n, 1)
-    job = make_job(nodes, 0 if args.cpu else per_pod, per_pod, script_args)
+    job = make_job(nodes, 0 if args.cpu else per_pod, per_pod, script, script_args)
     port = free_port()
     procs = []
     for i in range(nodes):
@@ -227,9 +286,24 @@ def layout_procs(
 # running
 
 
+@dataclass
+class Started:
+    """A layout's processes, started at ``t0``."""
+
+    layout: str
+    t0: float
+    running: list[tuple[Proc, subprocess.Popen[bytes], Path]]
+
+
 def run_layout(
     layout: str, args: argparse.Namespace, script_args: list[str], base: Path
 ) -> dict[str, Any]:
+    return finish_layout(start_layout(layout, args, script_args, base), args)
+
+
+def start_layout(
+    layout: str, args: argparse.Namespace, script_args: list[str], base: Path
+) -> Started:
     procs = layout_procs(layout, args, script_args, base / layout)
     common = {"BENCH_T0": "", "PYTHONUNBUFFERED": "1"}
     if args.cpu:
@@ -252,6 +326,11 @@ def run_layout(
                 start_new_session=True,
             )
         running.append((p, popen, log))
+    return Started(layout, t0, running)
+
+
+def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
+    layout, t0, running = started.layout, started.t0, started.running
     deadline = t0 + args.timeout
     codes = []
     for p, popen, log in running:
@@ -273,15 +352,28 @@ def run_layout(
         )
         raise RuntimeError(f"{layout}: exit codes {codes}\n{logs}")
 
+    tag = WORKLOADS[args.workload].tag
     result: dict[str, Any] | None = None
+    facts: list[dict[str, Any]] = []
+    cpus: list[dict[str, Any]] = []
     for _, _, log in running:
         for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("{") and '"bench": "gpu_ddp_step"' in line:
+            if not line.startswith("{"):
+                continue
+            if f'"bench": "{tag}"' in line:
                 result = json.loads(line)
+            elif '"bench": "gpu_ddp_facts"' in line:
+                facts.append(json.loads(line))
+            elif '"bench": "gpu_ddp_cpus"' in line:
+                cpus.append(json.loads(line))
     if result is None:
         raise RuntimeError(f"{layout}: no result line\n{_tail(running[0][2])}")
     result["wall_s"] = wall
     result["layout"] = layout
+    if facts:
+        result["facts"] = sorted(facts, key=lambda f: int(f["rank"]))
+    if cpus:  # per rank: {CPU: batches loaded there}
+        result["cpus_seen"] = [c["cpus_seen"] for c in sorted(cpus, key=lambda c: c["rank"])]
     result["processes"] = [
         {
             "name": p.name,
@@ -335,9 +427,9 @@ def _nccl_transport(log: Path) -> list[str]:
 # the table
 
 
-def aggregate(runs: list[dict[str, Any]]) -> dict[str, float]:
+def aggregate(runs: list[dict[str, Any]], workload: Workload) -> dict[str, float]:
     """Median over repeats of each figure."""
-    return {key: statistics.median(r[key] for r in runs) for key, _, _ in ROWS}
+    return {key: statistics.median(r[key] for r in runs) for key, _, _ in workload.rows}
 
 
 def compare(kind: str, value: float, base: float) -> str:
@@ -346,25 +438,106 @@ def compare(kind: str, value: float, base: float) -> str:
     return f"{value - base:+.2f} s"
 
 
-def table(figures: dict[str, dict[str, float]], nproc: int, unit: str) -> str:
-    heads = [HEADERS[layout].format(n=nproc, unit=unit) for layout in LAYOUTS]
-    cols = ["figure", *heads, "one pod vs bare", "two pods vs bare"]
+def _fmt(key: str, value: float) -> str:
+    if key == "busbw_gbps" or key == "images_per_s" or key.startswith("nivcsw"):
+        return f"{value:.1f}"
+    if key.endswith("_share"):
+        return f"{value:.1%}"
+    return f"{value:.2f}"
+
+
+def _columns(layouts: Sequence[str], nproc: int, unit: str) -> list[str]:
+    heads = [HEADERS[layout].format(n=nproc, unit=unit) for layout in layouts]
+    return ["figure", *heads, *(VERSUS[x] for x in layouts if x != "bare")]
+
+
+def _markdown(cols: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] * len(cols)) + "|"]
-    for key, label, kind in ROWS:
-        vals = [figures[layout][key] for layout in LAYOUTS]
-        fmt = "{:.2f}" if key != "busbw_gbps" else "{:.1f}"
-        cells = [
-            label,
-            *(fmt.format(v) for v in vals),
-            compare(kind, vals[1], vals[0]),
-            compare(kind, vals[2], vals[0]),
-        ]
-        out.append("| " + " | ".join(cells) + " |")
-    return "\n".join(out)
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-def verdicts(figures: dict[str, dict[str, float]]) -> list[str]:
+def table(figures: dict[str, dict[str, float]], workload: Workload, nproc: int, unit: str) -> str:
+    """One row per figure, one column per layout that ran (bare first), then each layout
+    against bare."""
+    layouts = [x for x in LAYOUTS if x in figures]
+    rows = []
+    for key, label, kind in workload.rows:
+        vals = {x: figures[x][key] for x in layouts}
+        rows.append(
+            [
+                label,
+                *(_fmt(key, vals[x]) for x in layouts),
+                *(compare(kind, vals[x], vals["bare"]) for x in layouts if x != "bare"),
+            ]
+        )
+    return "\n".join(_markdown(_columns(layouts, nproc, unit), rows))
+
+
+def _fact(facts: list[dict[str, Any]], key: str) -> str:
+    """A fact over the ranks of one run: one value when they agree, else each rank's."""
+    vals = []
+    for f in facts:
+        v = f.get(key)
+        if key == "orig_argv" and isinstance(v, list):
+            v = " ".join(os.path.basename(a) for a in v[:6])
+        elif isinstance(v, list):
+            v = ", ".join(f"{n} x{v.count(n)}" if v.count(n) > 1 else n for n in sorted(set(v)))
+        vals.append("-" if v is None else str(v))
+    return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
+
+
+def facts_table(runs: dict[str, list[dict[str, Any]]], nproc: int, unit: str) -> str | None:
+    """What each layout's workers saw of their process (first repeat; all ranks)."""
+    layouts = [x for x in LAYOUTS if x in runs and runs[x] and runs[x][0].get("facts")]
+    if "bare" not in layouts:
+        return None
+    cols = _columns(layouts, nproc, unit)[: 1 + len(layouts)]
+    rows = [
+        [label, *(_fact(runs[x][0]["facts"], key).replace("|", "\\|") for x in layouts)]
+        for key, label in FACT_ROWS
+    ]
+    return "\n".join(_markdown(["worker process", *cols[1:]], rows))
+
+
+# Set per run by torchrun's agent or by this harness: expected to differ between any two runs.
+PER_RUN_ENV = {
+    "BENCH_T0",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_ERROR_FILE",
+    "TORCHRUN_OPERATOR_TERMINATION_LOG",
+    "PET_RDZV_ENDPOINT",
+    "PET_LOCAL_ADDR",
+}
+
+
+def env_diff(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    """The environment of a worker (its facts line) against a bare torchrun worker's: names
+    only one of them has, and values that differ (of the names whose values are reported)."""
+    b_names, o_names = set(base["env_names"]), set(other["env_names"])
+    b_env, o_env = base["env"], other["env"]
+    changed = {
+        k: [b_env[k], o_env[k]]
+        for k in sorted(set(b_env) & set(o_env))
+        if b_env[k] != o_env[k] and k not in PER_RUN_ENV
+    }
+    return {
+        "added": {k: o_env.get(k, "(value not reported)") for k in sorted(o_names - b_names)},
+        "removed": sorted(b_names - o_names),
+        "changed": changed,
+    }
+
+
+def verdicts(figures: dict[str, dict[str, float]], workload: str) -> list[str]:
+    if "bare" not in figures or "one-pod" not in figures:
+        return []
     bare, one = figures["bare"], figures["one-pod"]
+    if workload == "data":
+        epoch = one["epoch_s_mean"] / bare["epoch_s_mean"] - 1
+        return [
+            f"target: one-pod epoch (data-loading bound) within {EPOCH_TARGET:.0%} of bare "
+            f"torchrun: {epoch:+.2%} " + ("PASS" if abs(epoch) <= EPOCH_TARGET else "MISS")
+        ]
     step = one["step_ms_mean"] / bare["step_ms_mean"] - 1
     start = one["startup_first_step_s"] - bare["startup_first_step_s"]
     return [
@@ -373,6 +546,31 @@ def verdicts(figures: dict[str, dict[str, float]]) -> list[str]:
         f"target: one-pod launch -> first step within {STARTUP_TARGET_S:g} s of bare "
         f"torchrun: {start:+.2f} s " + ("PASS" if start <= STARTUP_TARGET_S else "MISS"),
     ]
+
+
+def describe(first: dict[str, Any], args: argparse.Namespace) -> str:
+    head = (
+        f"device: {first['device']} x{args.nproc}; torch {first['torch']}"
+        + (f", NCCL {first['nccl']}" if first.get("nccl") else "")
+        + f"; backend {first['backend']}; {first['params'] / 1e6:.2f}M params"
+    )
+    if args.workload == "data":
+        return head + (
+            f"; {first['source']}, {first['image_size']}px -> {first['crop']}px crops, "
+            f"{first['samples_per_rank']} images/rank/epoch in batches of {first['batch']}, "
+            f"no loader workers; {first['epochs']} timed epoch(s); "
+            f"median of {args.repeats} run(s) each"
+        )
+    return head + (
+        f", {first['dtype']}, batch {first['batch']}/rank, {first['steps']} timed steps; "
+        f"all-reduce {first['allreduce_mb']:g} MiB; median of {args.repeats} run(s) each"
+    )
+
+
+def progress_line(layout: str, r: int, res: dict[str, Any], workload: Workload) -> str:
+    figs = ", ".join(f"{key} {_fmt(key, res[key])}" for key, _, _ in workload.rows[:3])
+    transport = [p["transport"] for p in res["processes"] if p["transport"]]
+    return f"# {layout} run {r}: {figs}" + (f", transport {transport}" if transport else "")
 
 
 # ------------------------------------------------------------------------------------------
@@ -394,9 +592,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="runs of each layout, interleaved; the table shows medians",
     )
-    p.add_argument("--layouts", default=",".join(LAYOUTS), help="for debugging: a subset")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--layouts", default=",".join(LAYOUTS), help="a subset, comma-separated")
+    p.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="start the layouts of each repeat at the same time, on the same GPUs: each "
+        "repeat compares them under the same machine conditions (the CPU-bound data "
+        "workload only; the step workload would measure the sharing)",
+    )
+    p.add_argument("--steps", type=int, default=None, help="step workload: timed steps")
+    p.add_argument("--warmup", type=int, default=None, help="step workload: warm-up steps")
     p.add_argument(
         "--nccl-debug",
         action="store_true",
@@ -405,12 +610,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per layout run")
     p.add_argument("--json-out", type=Path, help="write every run's results here")
     p.add_argument("--keep", type=Path, help="keep the processes' logs in this directory")
-    p.add_argument("script_args", nargs="*", help="after --: passed to gpu_ddp_step.py")
+    p.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="step",
+        help="step: gpu_ddp_step.py (step time, bandwidth); data: gpu_ddp_data.py "
+        "(data-loading-bound epoch time, worker thread facts)",
+    )
+    p.add_argument("script_args", nargs="*", help="after --: passed to the workload's script")
     return p.parse_args(argv)
 
 
 def script_args_for(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
+    if args.workload == "data":
+        if args.smoke:
+            out += ["--samples", "48", "--batch", "16", "--image-size", "48", "--crop", "32"]
+            out += ["--width", "8", "--classes", "10", "--epochs", "1", "--warmup-batches", "1"]
+        if args.cpu:
+            out.append("--cpu")
+        return out + list(args.script_args)
     if args.smoke:
         out += [
             "--width",
@@ -448,47 +667,82 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"need {args.nproc} GPUs, see {torch.cuda.device_count()}; "
                 "use --cpu for gloo on CPU"
             )
+    workload = WORKLOADS[args.workload]
     script_args = script_args_for(args)
     base = Path(tempfile.mkdtemp(prefix="gpu-bench-"))
     runs: dict[str, list[dict[str, Any]]] = {layout: [] for layout in layouts}
     try:
         for r in range(args.repeats):
-            for layout in layouts:  # interleaved, so drift in clocks or heat hits all alike
-                res = run_layout(layout, args, script_args, base / f"r{r}")
+            # Interleaved, so drift in clocks or heat hits all alike, and the order rotates
+            # each repeat, so no layout always runs first (after the others' page cache, say).
+            k = r % len(layouts)
+            order = layouts[k:] + layouts[:k]
+            if args.concurrent:
+                started = [start_layout(x, args, script_args, base / f"r{r}") for x in order]
+                results = [finish_layout(st, args) for st in started]
+            else:
+                results = [run_layout(x, args, script_args, base / f"r{r}") for x in order]
+            for layout, res in zip(order, results, strict=True):
                 runs[layout].append(res)
-                print(
-                    f"# {layout} run {r}: step {res['step_ms_mean']:.3f} ms, busbw "
-                    f"{res['busbw_gbps']:.1f} GB/s, first step {res['startup_first_step_s']:.2f}"
-                    f" s, transport {[p['transport'] for p in res['processes']]}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(progress_line(layout, r, res, workload), file=sys.stderr, flush=True)
+            if args.json_out:  # what ran so far survives a run that is cut off
+                args.json_out.write_text(json.dumps({"runs": runs}, indent=1))
     finally:
         if args.keep:
             shutil.copytree(base, args.keep, dirs_exist_ok=True)
         shutil.rmtree(base, ignore_errors=True)
 
-    figures = {layout: aggregate(rs) for layout, rs in runs.items()}
-    first = next(iter(runs.values()))[0]
+    figures = {layout: aggregate(rs, workload) for layout, rs in runs.items()}
+    unit = "CPU rank" if args.cpu else "GPU"
+    print(describe(next(iter(runs.values()))[0], args))
+    if "two-pods" in layouts:
+        print(
+            "two-pods EMULATES separate pods on one host: NCCL_P2P_DISABLE=1 "
+            "NCCL_SHM_DISABLE=1, one GPU visible per pod, local processes on 127.0.0.1"
+        )
+    key = workload.rows[0][0]
+    spread = {
+        x: statistics.pstdev(r[key] for r in rs) / statistics.fmean(r[key] for r in rs)
+        for x, rs in runs.items()
+    }
     print(
-        f"device: {first['device']} x{args.nproc}; torch {first['torch']}"
-        + (f", NCCL {first['nccl']}" if first.get("nccl") else "")
-        + f"; backend {first['backend']}; {first['params'] / 1e6:.1f}M params, "
-        f"{first['dtype']}, batch {first['batch']}/rank, {first['steps']} timed steps; "
-        f"all-reduce {first['allreduce_mb']:g} MiB; median of {args.repeats} run(s) each"
+        f"per run, {key}: "
+        + "; ".join(f"{x} {' '.join(_fmt(key, r[key]) for r in rs)}" for x, rs in runs.items())
+        + " (spread, stdev/mean: "
+        + ", ".join(f"{x} {v:.2%}" for x, v in spread.items())
+        + ")"
     )
-    print(
-        "two-pods EMULATES separate pods on one host: NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1, "
-        "one GPU visible per pod, local processes on 127.0.0.1"
-    )
-    if set(layouts) == set(LAYOUTS):
-        print(table(figures, args.nproc, "CPU rank" if args.cpu else "GPU"))
-        for line in verdicts(figures):
-            print(line)
+    if "bare" in layouts and len(layouts) > 1:
+        # Each repeat's layouts ran back to back (or at once): their ratio cancels drift that
+        # is slower than a repeat, which the medians over repeats do not.
+        for x in layouts:
+            if x != "bare":
+                pairs = [o[key] / b[key] for o, b in zip(runs[x], runs["bare"], strict=True)]
+                print(
+                    f"paired ratios {x}/bare, {key}: "
+                    + " ".join(f"{v:.3f}" for v in pairs)
+                    + f" (median {statistics.median(pairs):.3f}, "
+                    f"{sum(v > 1 for v in pairs)} of {len(pairs)} above 1)"
+                )
+    if "bare" in layouts:
+        print(table(figures, workload, args.nproc, unit))
     else:
         print(json.dumps(figures, indent=1))
+    diffs: dict[str, Any] = {}
+    facts = facts_table(runs, args.nproc, unit)
+    if facts is not None:
+        print(facts)
+        base_facts = runs["bare"][0]["facts"][0]
+        for x in layouts:
+            if x != "bare" and runs[x][0].get("facts"):
+                diffs[x] = env_diff(base_facts, runs[x][0]["facts"][0])
+                print(f"environment of rank 0, {x} vs bare: {json.dumps(diffs[x])}")
+    for line in verdicts(figures, args.workload):
+        print(line)
     if args.json_out:
-        args.json_out.write_text(json.dumps({"figures": figures, "runs": runs}, indent=1))
+        args.json_out.write_text(
+            json.dumps({"figures": figures, "env_diff": diffs, "runs": runs}, indent=1)
+        )
     return 0
 
 

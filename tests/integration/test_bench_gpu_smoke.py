@@ -80,3 +80,59 @@ def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
         p["summary"]["groupRank"] for p in data["runs"]["two-pods"][0]["processes"]
     )
     assert group_ranks == [0, 1]
+
+
+def test_gpu_bench_data_workload_smoke_cpu(tmp_path: Path) -> None:
+    """The data-loading-bound workload, bare torchrun against the rendered one-pod job: the
+    epoch table, and what each worker process saw (threads, affinity, command line,
+    environment) reported from inside every rank of both layouts."""
+    out_json = tmp_path / "data.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH),
+            "--workload",
+            "data",
+            "--layouts",
+            "bare,one-pod",
+            "--smoke",
+            "--cpu",
+            "--timeout",
+            "90",
+            "--json-out",
+            str(out_json),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=140,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("| figure |"))
+    assert header == "| figure | bare torchrun | one pod (2 CPU ranks) | one pod vs bare |"
+    for label in ("epoch, mean (s)", "images/s, all ranks", "CPU s per epoch, busiest rank"):
+        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
+        assert row is not None, f"missing row {label!r}:\n{proc.stdout}"
+        assert len(row.strip("|").split("|")) == 4, row
+    facts_header = next(line for line in lines if line.startswith("| worker process |"))
+    assert "bare torchrun" in facts_header and "one pod" in facts_header
+    for label in ("OMP_NUM_THREADS", "torch.get_num_threads()", "CPU affinity"):
+        assert any(line.startswith(f"| {label}") for line in lines), label
+    assert any(line.startswith("target: one-pod epoch (data-loading bound)") for line in lines)
+
+    data = json.loads(out_json.read_text())
+    bare, pod = data["runs"]["bare"][0], data["runs"]["one-pod"][0]
+    assert pod["processes"][0]["summary"]["state"] == "Succeeded"
+    for run in (bare, pod):
+        assert run["world_size"] == 2 and run["epoch_s_mean"] > 0
+        # Every rank reported its own process, from inside it.
+        assert [f["rank"] for f in run["facts"]] == [0, 1]
+        assert len({f["pid"] for f in run["facts"]}) == 2
+    # The pod's workers run under the launcher's worker shim; bare torchrun's run the script.
+    assert all("--worker" in f["orig_argv"] for f in pod["facts"])
+    assert not any("--worker" in f["orig_argv"] for f in bare["facts"])
+    # The environment the rendered pod adds is named against bare torchrun's.
+    assert data["env_diff"]["one-pod"]["added"]["TORCHRUN_OPERATOR_INDEX"] == "0"
