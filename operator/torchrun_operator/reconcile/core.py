@@ -22,6 +22,7 @@ from ..api.models import JobSpec
 from ..render import render_pod, world_size
 from . import budget, crashloop, hang
 from . import conditions as cond
+from .admission import Admission
 from . import progress as prog
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, Plan
@@ -127,6 +128,7 @@ def reconcile(
     blocked: Sequence[str] = (),
     refused: Sequence[str] = (),
     live: Mapping[str, Any] | None = None,
+    admission: Admission | None = None,
 ) -> Plan:
     """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
     job's names that is not the job's), described for people; while any is, no pod is
@@ -135,7 +137,8 @@ def reconcile(
     back-off; the Blocked condition carries them meanwhile. `live`: per pod uid, the latest
     answer of the pod's launcher status endpoint as the shell read it, {"at": unix seconds
     on the operator's clock, "data": the JSON} (docs/pod-contract.md); answers that do not
-    belong to the pod's attempt and index are ignored."""
+    belong to the pod's attempt and index are ignored. `admission`: what Kueue says about a
+    job queued through it (reconcile/admission.py), None for any other job."""
     status = _migrated(copy.deepcopy(job.get("status") or {}))
     meta = job["metadata"]
     if meta.get("generation") is not None:
@@ -172,13 +175,18 @@ def reconcile(
     status["worldSize"] = world_size(spec)
 
     phase = status["phase"]
+    waited = _admission(ctx, admission) if phase not in FINISHED else None
     if phase in FINISHED:
         _after_finish(ctx)
     elif spec.run_policy.suspend:
         _suspend(ctx)
+    elif admission is not None and not admission.admitted:
+        _queue(ctx, admission)
     else:
         if phase == "Suspended":
             _resume(ctx)
+        elif phase == QUEUED:
+            _admitted(ctx, waited)
         if not _deadline_passed(ctx):
             if ctx.status["phase"] in ("Pending", "Restarting"):
                 before = copy.deepcopy(ctx.status)
@@ -244,6 +252,51 @@ def _resume(ctx: _Ctx) -> None:
     st.pop("startTime", None)
     ctx.set_cond("Suspended", False, "Resumed", "runPolicy.suspend is false")
     ctx.event("Normal", "Resumed", f"Job resumed; starting attempt {ctx.attempt}")
+
+
+# ---- Kueue (reconcile/admission.py decides what its Workload says) ------------------------
+
+QUEUED = "Queued"
+
+
+def _admission(ctx: _Ctx, admission: Admission | None) -> str | None:
+    """The Admitted condition says what Kueue said, in its words; jobs not queued through
+    Kueue have none. Returns the reason the job waited for until now, if it waited."""
+    if admission is None:
+        return None
+    old = cond.get(ctx.conds, "Admitted") or {}
+    ctx.set_cond("Admitted", admission.admitted, admission.reason, admission.message)
+    return str(old["reason"]) if old.get("status") == "False" and old.get("reason") else None
+
+
+def _queue(ctx: _Ctx, admission: Admission) -> None:
+    """Not admitted by Kueue, or evicted (preempted, deactivated): like a suspension, the pods
+    are deleted and nothing is created; no failure and no restart is counted. Kueue's quota is
+    released (reconcile/admission.py) once the pods are gone."""
+    st = ctx.status
+    if st["phase"] == "Suspended":
+        ctx.set_cond("Suspended", False, "Resumed", "runPolicy.suspend is false")
+    ctx.delete_pods(ctx.pods)
+    if st["phase"] != QUEUED:
+        if st["phase"] not in ("Pending", "Suspended"):
+            ctx.set_cond("Running", False, admission.reason, admission.message)
+            ctx.event("Warning", "Evicted", f"{admission.message}; deleting {len(ctx.delete)} pods")
+        st["phase"] = QUEUED
+        ctx.event("Normal", QUEUED, f"Waiting for Kueue: {admission.message}")
+    st["nodes"] = _counts(ctx.spec.nodes)
+
+
+def _admitted(ctx: _Ctx, waited: str | None) -> None:
+    """Admitted (again): a job that had started pods starts a fresh attempt (its rendezvous
+    is gone), without spending its restart budget, and its deadline counts from now. The
+    restart record names what it waited for (e.g. Preempted, Deactivated)."""
+    st = ctx.status
+    if st.get("ranks"):
+        st["attempt"] = ctx.attempt + 1
+        _record_restart(ctx, {"reason": waited or "Readmitted", "kind": "suspend"})
+    st["phase"] = "Pending"
+    st.pop("startTime", None)
+    ctx.event("Normal", "Admitted", f"Admitted by Kueue; starting attempt {ctx.attempt}")
 
 
 def _deadline_passed(ctx: _Ctx) -> bool:
