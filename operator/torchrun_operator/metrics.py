@@ -58,7 +58,14 @@ NAMESPACE = "torchrun_operator"
 # Every phase a job's status can have (docs/design.md): the gauge reports 0 for phases with no
 # job, so a dashboard does not show a stale value after the last job of a phase goes away.
 PHASES = (
-    "Pending", "Queued", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"
+    "Pending",
+    "Queued",
+    "Starting",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
 )
 RESTART_KINDS = ("user", "infrastructure")
 

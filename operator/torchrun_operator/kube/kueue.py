@@ -110,7 +110,9 @@ class KueueClient:
             metrics.count_api_call(_verb(action), "workload", e.status or 0)
             if e.status not in (404, 409):
                 raise
-            log.info("workload %s/%s: %s answered %s", ns, _name(workload, action), action.kind, e.status)
+            log.info(
+                "workload %s/%s: %s answered %s", ns, _name(workload, action), action.kind, e.status
+            )
         return None
 
     def _create(self, ns: str, body: Obj) -> Obj | None:
@@ -133,7 +135,11 @@ class KueueClient:
         """The whole status, if the Workload is still at the resourceVersion it was decided
         from (as the job's own status is written, controller._patch_status)."""
         patch = [
-            {"op": "replace", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+            {
+                "op": "replace",
+                "path": "/metadata/resourceVersion",
+                "value": meta["resourceVersion"],
+            },
             {"op": "add", "path": "/status", "value": status},
         ]
         self.custom.patch_namespaced_custom_object_status(

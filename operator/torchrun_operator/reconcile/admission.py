@@ -74,10 +74,14 @@ def admission(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Adm
     name = workload["metadata"]["name"]
     if _true(workload, FINISHED):
         c = _cond(workload, FINISHED) or {}
-        return Admission(False, str(c.get("reason") or FINISHED), _text(c, f"Workload {name} is finished"))
+        return Admission(
+            False, str(c.get("reason") or FINISHED), _text(c, f"Workload {name} is finished")
+        )
     if _true(workload, EVICTED):
         c = _cond(workload, EVICTED) or {}
-        return Admission(False, str(c.get("reason") or EVICTED), _text(c, f"Workload {name} was evicted"))
+        return Admission(
+            False, str(c.get("reason") or EVICTED), _text(c, f"Workload {name} was evicted")
+        )
     if _true(workload, ADMITTED):
         cq = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
         where = f" by ClusterQueue {cq}" if cq else ""
@@ -88,9 +92,9 @@ def admission(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Adm
     # workers: insufficient unused quota ..."), or on Admitted once quota is reserved but an
     # admission check is pending.
     for type_ in (QUOTA_RESERVED, ADMITTED):
-        c = _cond(workload, type_)
-        if c is not None and c.get("status") == "False" and c.get("message"):
-            return Admission(False, str(c.get("reason") or type_), str(c["message"]))
+        why = _cond(workload, type_)
+        if why is not None and why.get("status") == "False" and why.get("message"):
+            return Admission(False, str(why.get("reason") or type_), str(why["message"]))
     return Admission(False, "Queued", f"Workload {name} waits in queue {queue} for Kueue")
 
 
@@ -150,7 +154,10 @@ def workload_actions(
 def _activation(active: bool) -> dict[str, Any]:
     """A merge patch: the Workload's spec.active, and our mark of a deactivation we made."""
     mark = None if active else "true"
-    return {"metadata": {"annotations": {kueue.DEACTIVATED_ANNOTATION: mark}}, "spec": {"active": active}}
+    return {
+        "metadata": {"annotations": {kueue.DEACTIVATED_ANNOTATION: mark}},
+        "spec": {"active": active},
+    }
 
 
 def _set(
@@ -201,14 +208,16 @@ def _release(workload: Mapping[str, Any], now: float) -> dict[str, Any]:
     return status
 
 
-def _finish(workload: Mapping[str, Any], job_status: Mapping[str, Any], now: float) -> dict[str, Any]:
+def _finish(
+    workload: Mapping[str, Any], job_status: Mapping[str, Any], now: float
+) -> dict[str, Any]:
     """The Workload's status with Finished=True: Kueue then releases the job's quota."""
     status = dict(workload.get("status") or {})
     conds = [dict(c) for c in status.get("conditions") or []]
     phase = str(job_status.get("phase"))
-    final = next(
-        (c for c in job_status.get("conditions") or [] if c.get("type") == phase), None
-    ) or {}
+    final = (
+        next((c for c in job_status.get("conditions") or [] if c.get("type") == phase), None) or {}
+    )
     message = str(final.get("message") or f"the job {phase.lower()}")
     gen = workload["metadata"].get("generation")
     _set(conds, FINISHED, True, phase, message, fmt(now), gen)

@@ -22,8 +22,8 @@ from ..api.models import JobSpec
 from ..render import render_pod, world_size
 from . import budget, crashloop, hang
 from . import conditions as cond
-from .admission import Admission
 from . import progress as prog
+from .admission import Admission
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, Plan
 from .rootcause import WINDOW, Candidate, classify, lost_candidate, pod_candidates, root_cause
@@ -264,7 +264,7 @@ def _admission(ctx: _Ctx, admission: Admission | None) -> str | None:
     Kueue have none. Returns the reason the job waited for until now, if it waited."""
     if admission is None:
         return None
-    old = cond.get(ctx.conds, "Admitted") or {}
+    old = dict(cond.get(ctx.conds, "Admitted") or {})  # set_cond updates it in place
     ctx.set_cond("Admitted", admission.admitted, admission.reason, admission.message)
     return str(old["reason"]) if old.get("status") == "False" and old.get("reason") else None
 

@@ -150,7 +150,9 @@ def with_pod_set_info(job: Mapping[str, Any], info: Mapping[str, Any]) -> dict[s
     pod_spec = template["spec"]
     if info.get("nodeSelector"):
         pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **info["nodeSelector"]}
-    extra = [t for t in info.get("tolerations") or [] if t not in (pod_spec.get("tolerations") or [])]
+    extra = [
+        t for t in info.get("tolerations") or [] if t not in (pod_spec.get("tolerations") or [])
+    ]
     if extra:
         pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), *extra]
     return out
