@@ -78,10 +78,14 @@ def admission(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Adm
             False, str(c.get("reason") or FINISHED), _text(c, f"Workload {name} is finished")
         )
     if _true(workload, EVICTED):
+        # Until Kueue admits it again, the eviction is the reason; once the quota is released,
+        # what Kueue says about the new attempt to admit it is added.
         c = _cond(workload, EVICTED) or {}
-        return Admission(
-            False, str(c.get("reason") or EVICTED), _text(c, f"Workload {name} was evicted")
-        )
+        message = _text(c, f"Workload {name} was evicted")
+        again = _cond(workload, QUOTA_RESERVED) or {}
+        if again.get("status") == "False" and again.get("message") not in (None, "", message):
+            message = f"{message}; now: {again['message']}"
+        return Admission(False, str(c.get("reason") or EVICTED), message)
     if _true(workload, ADMITTED):
         cq = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
         where = f" by ClusterQueue {cq}" if cq else ""

@@ -84,6 +84,9 @@ def test_the_reason_and_message_are_kueues_own() -> None:
     assert running is not None and running.admitted and "by ClusterQueue cq" in running.message
     evicted = admission(job, workload(job, RESERVED, ADMITTED, PREEMPTED, admission=ADMISSION))
     assert evicted == Admission(False, "Preempted", PREEMPTED[3])
+    # Released and waiting again: still the eviction's reason, with what Kueue says now.
+    requeued = admission(job, workload(job, PREEMPTED, PENDING))
+    assert requeued == Admission(False, "Preempted", f"{PREEMPTED[3]}; now: {PENDING[3]}")
     inactive = workload(job)
     inactive["spec"]["active"] = False
     verdict = admission(job, inactive)
