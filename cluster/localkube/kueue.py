@@ -90,9 +90,10 @@ class KueuePorts:
 
 
 def render_config(ports: KueuePorts, cert_dir: Path, external_frameworks: list[str]) -> str:
-    """The manager's Configuration: no leader election (one manager), no job integration but
-    the operator's, named as an external framework (Kind.version.group) so that Kueue knows
-    who owns its Workloads; webhook certificates from cert_dir."""
+    """The manager's Configuration: no leader election (one manager); the operator's jobs
+    named as an external framework (Kind.version.group) so that Kueue knows who owns their
+    Workloads (an empty `frameworks` is defaulted to batch/job, whose webhooks are not
+    installed); webhook certificates from cert_dir, for the webhooks and the metrics server."""
     config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -109,6 +110,30 @@ def render_config(ports: KueuePorts, cert_dir: Path, external_frameworks: list[s
         "featureGates": {"VisibilityOnDemand": False},
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+# Without internal cert management, Kueue's manager reads its metrics server's certificate
+# from this fixed path (cmd/kueue/main.go), nothing else will do.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+def manager_argv(cert_dir: Path, argv: list[str]) -> list[str]:
+    """`argv` in a mount namespace of its own where cert_dir is seen at METRICS_CERT_DIR: each
+    cluster's manager gets its own certificate there, and the host's directory stays empty.
+    unshare and sh exec, so the manager keeps the pid that was started."""
+    script = 'mount --bind "$0" "$1" && shift && exec "$@"'
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        str(cert_dir),
+        str(METRICS_CERT_DIR),
+        *argv,
+    ]
 
 
 def write_serving_cert(pki_paths: pki.PkiPaths, cert_dir: Path) -> None:
@@ -161,8 +186,10 @@ class Kueue:
             config = self.dir / "config.yaml"
             config.write_text(render_config(self.ports, cert_dir, self.external_frameworks))
             kubeconfig = self.cluster.mint_kubeconfig("kueue-manager", ["system:masters"])
+            METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)  # the mount point, left empty
+            argv = [str(exe), f"--config={config}", "--zap-log-level=2"]
             self.proc = procs.start(
-                [str(exe), f"--config={config}", "--zap-log-level=2"],
+                manager_argv(cert_dir, argv),
                 self.log,
                 env={**os.environ, "KUBECONFIG": str(kubeconfig)},
                 die_with_parent=True,
