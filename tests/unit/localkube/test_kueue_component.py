@@ -27,7 +27,10 @@ webhooks:
   sideEffects: None
 - admissionReviewVersions: [v1]
   clientConfig:
-    service: {name: webhook-service, namespace: system, path: /mutate-kueue-x-k8s-io-v1beta2-workload}
+    service:
+      name: webhook-service
+      namespace: system
+      path: /mutate-kueue-x-k8s-io-v1beta2-workload
   failurePolicy: Fail
   name: mworkload.kb.io
   rules:
