@@ -367,7 +367,8 @@ class Controller:
         refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
         live = self.rankmap.live(key) if self.rankmap is not None else None
         workload = self._workload(job) if self.kueue is not None else None
-        admission, rendered_from = self._admission(job, workload)
+        priority = self._priority(job, workload)
+        admission, rendered_from = self._admission(job, workload, priority)
         plan = reconcile(
             rendered_from, self.pods.pods(key), self._clock(), blocked, refused, live, admission
         )
@@ -377,7 +378,7 @@ class Controller:
             self._forget(key, uid)
             return
         if written and self.kueue is not None:
-            self._sync_workload(job, plan, workload)
+            self._sync_workload(job, plan, workload, priority)
         if self.rankmap is not None:
             # Which pods to read next: the running pods of the attempt the plan recorded.
             running = plan.status.get("phase") not in ("Succeeded", "Failed", "Suspended")
@@ -397,13 +398,21 @@ class Controller:
         ]
         return next((w for w in ours if not w["metadata"].get("deletionTimestamp")), None)
 
-    def _admission(self, job: Obj, workload: Obj | None) -> tuple[Any, Obj]:
+    def _priority(self, job: Obj, workload: Obj | None) -> int | None:
+        """The value of the job's WorkloadPriorityClass, read only while it has no Workload
+        (the priority is fixed when the Workload is created)."""
+        name = kueue.priority_class(job)
+        if self.kueue is None or workload is not None or name is None:
+            return None
+        return self.kueue.priority(name)
+
+    def _admission(self, job: Obj, workload: Obj | None, priority: int | None) -> tuple[Any, Obj]:
         """What Kueue says (None: not queued through it), and the job to render pods from:
         once admitted, with what admission puts into the pods (the assigned flavors' node
         labels and tolerations), read once per Workload change."""
         if self.kueue is None:
             return None, job
-        verdict = kueue_admission.admission(job, workload)
+        verdict = kueue_admission.admission(job, workload, priority)
         if verdict is None or not verdict.admitted or workload is None:
             return verdict, job
         uid, rv = job["metadata"]["uid"], workload["metadata"].get("resourceVersion", "")
@@ -414,7 +423,9 @@ class Controller:
             self._admitted[uid] = cached
         return verdict, kueue.with_pod_set_info(job, cached[1])
 
-    def _sync_workload(self, job: Obj, plan: Plan, workload: Obj | None) -> None:
+    def _sync_workload(
+        self, job: Obj, plan: Plan, workload: Obj | None, priority: int | None
+    ) -> None:
         """After the job's status is written: create, replace, (de)activate, release or finish
         its Workload, as decided from that status and the pods that are left."""
         assert self.kueue is not None
@@ -422,7 +433,8 @@ class Controller:
         key = (meta["namespace"], meta["name"])
         left = kueue_admission.pods_left(self.pods.pods(key), meta["uid"])
         now = self._clock().timestamp()
-        for action in kueue_admission.workload_actions(job, plan.status, workload, left, now):
+        actions = kueue_admission.workload_actions(job, plan.status, workload, left, now, priority)
+        for action in actions:
             log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")
             existing = self.kueue.apply(meta["namespace"], workload, action)
             if existing is not None and controller_uid(existing) != meta["uid"]:

@@ -69,9 +69,21 @@ def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
 @pytest.fixture
 def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]:
     """A ResourceFlavor that puts pods on node-1, a ClusterQueue with room for 2 CPUs (one
-    job of 2 pods x 1 CPU), and a LocalQueue `q` in the test's namespace pointing at it."""
+    job of 2 pods x 1 CPU) that preempts lower priorities for higher ones, WorkloadPriorityClasses
+    `<namespace>-low` and `-high`, and a LocalQueue `q` in the test's namespace."""
     api = custom(kube)
     flavor, cq = f"f-{namespace}", f"cq-{namespace}"
+    for level, value in (("low", 10), ("high", 1000)):
+        api.create_cluster_custom_object(
+            *KUEUE,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": f"{namespace}-{level}"},
+                "value": value,
+            },
+        )
     api.create_cluster_custom_object(
         *KUEUE,
         "resourceflavors",
@@ -91,6 +103,7 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
             "metadata": {"name": cq},
             "spec": {
                 "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [
                     {
                         "coveredResources": ["cpu", "memory"],
@@ -120,7 +133,12 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
         },
     )
     yield "q"
-    for plural, name in (("clusterqueues", cq), ("resourceflavors", flavor)):
+    for plural, name in (
+        ("clusterqueues", cq),
+        ("resourceflavors", flavor),
+        ("workloadpriorityclasses", f"{namespace}-low"),
+        ("workloadpriorityclasses", f"{namespace}-high"),
+    ):
         try:
             api.delete_cluster_custom_object(*KUEUE, plural, name)
         except ApiException as e:
@@ -128,8 +146,11 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
                 raise
 
 
-def queued_job(kube: client.ApiClient, ns: str, name: str, seconds: float) -> dict[str, Any]:
-    """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`."""
+def queued_job(
+    kube: client.ApiClient, ns: str, name: str, seconds: float, priority: str | None = None
+) -> dict[str, Any]:
+    """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
+    low or high."""
     client.CoreV1Api(kube).create_namespaced_config_map(
         ns, {"metadata": {"name": f"{name}-script"}, "data": {"job.py": SCRIPT}}
     )
@@ -163,6 +184,8 @@ def queued_job(kube: client.ApiClient, ns: str, name: str, seconds: float) -> di
             },
         },
     }
+    if priority is not None:
+        job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
     return create_job(kube, ns, job)
 
 
@@ -295,3 +318,30 @@ def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
         ),
     )
     assert finished
+
+
+@pytest.mark.usefixtures("kueue_operator")
+def test_a_higher_priority_job_preempts_without_a_restart_and_the_preempted_one_resumes(
+    kube: client.ApiClient, namespace: str, queue: str
+) -> None:
+    ns = namespace
+    queued_job(kube, ns, "low", 3600, priority="low")
+    wait_phase(kube, ns, "low", {"Running"}, 180)
+    wl = workload(kube, ns, "low")
+    assert wl is not None and wl["spec"]["priority"] == 10
+    queued_job(kube, ns, "high", 5, priority="high")
+
+    low = wait_phase(kube, ns, "low", {"Queued"}, 120)
+    admitted = condition(low, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"] == "Preempted", admitted
+    done = wait_phase(kube, ns, "high", {"Succeeded", "Failed"}, 240)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["attempt"] == 0
+
+    low = wait_phase(kube, ns, "low", {"Succeeded", "Failed"}, 240)
+    st = low["status"]
+    assert st["phase"] == "Succeeded", st
+    assert st["attempt"] == 1
+    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
+    [record] = st["restarts"]
+    assert record["kind"] == "suspend" and record["reason"] == "Preempted", record

@@ -411,7 +411,7 @@ def test_rendered_args_are_accepted_by_the_operator(
 # Kueue (kueue.enabled, docs/scheduling.md): kube/kueue.py watches the job's Workload by label,
 # creates it, deletes it (a job changed while it waited, or unlabelled), patches spec.active,
 # gets it after a create's 409, patches its status (released after an eviction, Finished),
-# and gets the ResourceFlavors it was admitted on.
+# and gets the ResourceFlavors it was admitted on and the WorkloadPriorityClass a job names.
 KUEUE_NEEDS = [
     *[
         ("kueue.x-k8s.io", "workloads", v)
@@ -419,7 +419,10 @@ KUEUE_NEEDS = [
     ],
     ("kueue.x-k8s.io", "workloads/status", "patch"),
 ]
-KUEUE_CLUSTER_READS = [("kueue.x-k8s.io", "resourceflavors", "get")]
+KUEUE_CLUSTER_READS = [
+    ("kueue.x-k8s.io", "resourceflavors", "get"),
+    ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+]
 
 
 def test_kueue_rbac_and_flag_only_when_enabled() -> None:

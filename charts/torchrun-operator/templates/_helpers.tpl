@@ -108,9 +108,10 @@ child once, reads one back by name only to check who owns it, and deletes only p
   verbs: [list, watch]
 {{- if .Values.kueue.enabled }}
 # Kueue: the ResourceFlavors a Workload was admitted on, for their node labels and
-# tolerations (read by name when a job is admitted).
+# tolerations (read by name when a job is admitted), and the WorkloadPriorityClass a job
+# names (read by name when its Workload is created).
 - apiGroups: [kueue.x-k8s.io]
-  resources: [resourceflavors]
+  resources: [resourceflavors, workloadpriorityclasses]
   verbs: [get]
 {{- end }}
 {{- end }}

@@ -80,6 +80,20 @@ class KueueClient:
             out[name] = got
         return out
 
+    def priority(self, name: str) -> int | None:
+        """The value of the named WorkloadPriorityClass, None if there is none."""
+        try:
+            got: Any = self.custom.get_cluster_custom_object(
+                kueue.GROUP, kueue.VERSION, kueue.PRIORITY_CLASSES, name
+            )
+            metrics.count_api_call("get", "workloadpriorityclass", 200)
+        except ApiException as e:
+            metrics.count_api_call("get", "workloadpriorityclass", e.status or 0)
+            if e.status == 404:
+                return None
+            raise
+        return int(got.get("value") or 0)
+
     def apply(self, ns: str, workload: Obj | None, action: WorkloadAction) -> Obj | None:
         """Carries out one action. Returns the Workload that holds the name when a create
         found one there (for the ownership check), else None. A Workload that changed since

@@ -63,13 +63,20 @@ def has_reservation(workload: Mapping[str, Any]) -> bool:
     return _true(workload, QUOTA_RESERVED)
 
 
-def admission(job: Mapping[str, Any], workload: Mapping[str, Any] | None) -> Admission | None:
+def admission(
+    job: Mapping[str, Any], workload: Mapping[str, Any] | None, priority: int | None = None
+) -> Admission | None:
     """None when the job is not queued through Kueue. `workload`: the job's own Workload
-    (controller uid), None while it does not exist."""
+    (controller uid), None while it does not exist. `priority`: the value of the
+    WorkloadPriorityClass the job names, None if it names none or it does not exist."""
     queue = kueue.queue_name(job)
     if queue is None:
         return None
     if workload is None:
+        wanted = kueue.priority_class(job)
+        if wanted is not None and priority is None:
+            message = f"WorkloadPriorityClass {wanted} not found; its Workload waits for it"
+            return Admission(False, "WorkloadPriorityClassNotFound", message)
         return Admission(False, "WorkloadCreating", f"creating its Workload in queue {queue}")
     name = workload["metadata"]["name"]
     if _true(workload, FINISHED):
@@ -126,9 +133,11 @@ def workload_actions(
     workload: Mapping[str, Any] | None,
     pods_left: int,
     now: float,
+    priority: int | None = None,
 ) -> list[WorkloadAction]:
     """`status`: the job's status as just planned (and written); `pods_left`: the job's pods
-    (any attempt) that still exist, terminating ones included."""
+    (any attempt) that still exist, terminating ones included; `priority`: as for admission()
+    (read only while there is no Workload)."""
     queued = kueue.queue_name(job) is not None
     if not queued:
         # The label was removed: the job no longer waits for Kueue, nor holds its quota.
@@ -140,7 +149,10 @@ def workload_actions(
         return []
     suspend = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
     if workload is None:
-        return [WorkloadAction("create", kueue.render_workload(job, active=not suspend))]
+        if kueue.priority_class(job) is not None and priority is None:
+            return []  # the class it names does not exist (yet): the status says so
+        body = kueue.render_workload(job, active=not suspend, priority=priority)
+        return [WorkloadAction("create", body)]
     wanted = kueue.render_workload(job)
     if kueue.spec_hash(workload) != kueue.spec_hash(wanted) and not has_reservation(workload):
         # Kueue does not let a Workload's pod sets change; a new one is queued afresh.

@@ -24,8 +24,11 @@ VERSION = "v1beta2"
 API_VERSION = f"{GROUP}/{VERSION}"
 WORKLOADS = "workloads"
 RESOURCE_FLAVORS = "resourceflavors"
+PRIORITY_CLASSES = "workloadpriorityclasses"
 # The labels Kueue reads on a job (the same ones its own integrations read).
 QUEUE_LABEL = f"{GROUP}/queue-name"
+# A WorkloadPriorityClass: the Workload's priority, read when the Workload is created.
+PRIORITY_LABEL = f"{GROUP}/priority-class"
 # Kueue's job integrations label their Workloads with the job's uid; so do we.
 JOB_UID_LABEL = f"{GROUP}/job-uid"
 # Kueue labels the pods of an admitted pod set with its name.
@@ -46,6 +49,12 @@ _HASH_CHARS = 8
 def queue_name(job: Mapping[str, Any]) -> str | None:
     """The LocalQueue the job asks for, None when it is not queued through Kueue."""
     value = ((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL)
+    return str(value) if value else None
+
+
+def priority_class(job: Mapping[str, Any]) -> str | None:
+    """The WorkloadPriorityClass the job names, None if none."""
+    value = ((job.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
     return str(value) if value else None
 
 
@@ -74,8 +83,13 @@ def _spec_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def render_workload(job: Mapping[str, Any], active: bool = True) -> dict[str, Any]:
-    """The job's Workload. `active` false: created deactivated (a suspended job)."""
+def render_workload(
+    job: Mapping[str, Any], active: bool = True, priority: int | None = None
+) -> dict[str, Any]:
+    """The job's Workload. `active` false: created deactivated (a suspended job).
+    `priority`: the value of the job's WorkloadPriorityClass (priority_class), which Kueue
+    orders and preempts by; as with Kueue's own integrations it is fixed at creation, so it is
+    not part of the spec hash."""
     queue = queue_name(job)
     if queue is None:
         raise ValueError("the job has no kueue.x-k8s.io/queue-name label")
@@ -83,6 +97,10 @@ def render_workload(job: Mapping[str, Any], active: bool = True) -> dict[str, An
     meta = child_metadata(dict(job), workload_name(job))
     meta["labels"][JOB_UID_LABEL] = str(job["metadata"]["uid"])
     meta["annotations"] = {SPEC_HASH_ANNOTATION: _spec_hash(spec)}
+    name = priority_class(job)
+    if name is not None and priority is not None:
+        spec["priorityClassRef"] = {"group": GROUP, "kind": "WorkloadPriorityClass", "name": name}
+        spec["priority"] = priority
     if not active:
         spec["active"] = False
         meta["annotations"][DEACTIVATED_ANNOTATION] = "true"

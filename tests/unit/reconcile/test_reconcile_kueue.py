@@ -250,6 +250,17 @@ def test_a_job_changed_while_it_waits_gets_a_new_workload_but_not_one_holding_qu
     assert workload_actions(changed, {"phase": "Running"}, holding, 2, 0) == []
 
 
+def test_a_missing_priority_class_holds_the_workload_back_and_says_so() -> None:
+    job = queued_job()
+    job["metadata"]["labels"][kueue.PRIORITY_LABEL] = "high"
+    verdict = admission(job, None, priority=None)
+    assert verdict is not None and verdict.reason == "WorkloadPriorityClassNotFound"
+    assert "WorkloadPriorityClass high not found" in verdict.message
+    assert workload_actions(job, {"phase": "Queued"}, None, 0, 0, priority=None) == []
+    [create] = workload_actions(job, {"phase": "Queued"}, None, 0, 0, priority=7)
+    assert create.body["spec"]["priority"] == 7
+
+
 def test_removing_the_queue_label_deletes_the_workload() -> None:
     job = queued_job()
     wl = workload(job, PENDING)

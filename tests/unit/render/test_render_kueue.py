@@ -91,6 +91,22 @@ def test_a_suspended_job_gets_a_workload_that_we_marked_deactivated() -> None:
     assert wl["metadata"]["annotations"][kueue.DEACTIVATED_ANNOTATION] == "true"
 
 
+def test_the_priority_class_a_job_names_sets_the_workloads_priority() -> None:
+    plain = kueue.render_workload(job())
+    assert "priorityClassRef" not in plain["spec"] and "priority" not in plain["spec"]
+    high = job()
+    high["metadata"]["labels"][kueue.PRIORITY_LABEL] = "high"
+    wl = kueue.render_workload(high, priority=1000)
+    assert wl["spec"]["priorityClassRef"] == {
+        "group": "kueue.x-k8s.io",
+        "kind": "WorkloadPriorityClass",
+        "name": "high",
+    }
+    assert wl["spec"]["priority"] == 1000
+    # Fixed at creation, as in Kueue's integrations: no new Workload for it.
+    assert kueue.spec_hash(wl) == kueue.spec_hash(plain)
+
+
 def test_no_workload_without_a_queue() -> None:
     plain = job()
     del plain["metadata"]["labels"]
