@@ -33,6 +33,7 @@ from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
 from torchrun_operator.reconcile import Plan, children, reconcile
 from torchrun_operator.reconcile import admission as kueue_admission
+from torchrun_operator.reconcile.admission import Admission
 from torchrun_operator.render import kueue
 from torchrun_operator.render.configmap import packaged_launcher
 from torchrun_operator.render.networkpolicy import OperatorPeer
@@ -404,9 +405,16 @@ class Controller:
         name = kueue.priority_class(job)
         if self.kueue is None or workload is not None or name is None:
             return None
-        return self.kueue.priority(name)
+        value = self.kueue.priority(name)
+        if value is None:
+            # Nothing watches WorkloadPriorityClasses: look again for the one it names.
+            meta = job["metadata"]
+            self.queue.add((meta["namespace"], meta["name"]), after=BLOCKED_RETRY_SECONDS)
+        return value
 
-    def _admission(self, job: Obj, workload: Obj | None, priority: int | None) -> tuple[Any, Obj]:
+    def _admission(
+        self, job: Obj, workload: Obj | None, priority: int | None
+    ) -> tuple[Admission | None, Obj]:
         """What Kueue says (None: not queued through it), and the job to render pods from:
         once admitted, with what admission puts into the pods (the assigned flavors' node
         labels and tolerations), read once per Workload change."""
