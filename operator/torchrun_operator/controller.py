@@ -444,10 +444,15 @@ class Controller:
         actions = kueue_admission.workload_actions(job, plan.status, workload, left, now, priority)
         for action in actions:
             log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")
-            existing = self.kueue.apply(meta["namespace"], workload, action)
-            if existing is not None and controller_uid(existing) != meta["uid"]:
-                self._conflict(job, existing)
+            got = self.kueue.apply(meta["namespace"], workload, action)
+            if got is None:
+                continue
+            if controller_uid(got) != meta["uid"]:
+                self._conflict(job, got)  # a Workload of that name that is not the job's
                 self.queue.add(key)
+            else:
+                # As the API answered: the next reconcile need not wait for the watch.
+                self.workloads.put(got)
 
     # -- children: created idempotently, used only when they are this job's ----------------------
 

@@ -38,7 +38,7 @@ class FakeKueue:
         elif action.kind == "patch_status":
             assert self.workload is not None
             self.workload["status"] = copy.deepcopy(action.body)
-        return None
+        return copy.deepcopy(self.workload)
 
     def kueue_says(self, *conds: tuple[str, str, str], admission: Obj | None = None) -> None:
         """Kueue's side: the Workload's conditions (and admission) as Kueue writes them."""

@@ -95,14 +95,16 @@ class KueueClient:
         return int(got.get("value") or 0)
 
     def apply(self, ns: str, workload: Obj | None, action: WorkloadAction) -> Obj | None:
-        """Carries out one action. Returns the Workload that holds the name when a create
-        found one there (for the ownership check), else None. A Workload that changed since
-        it was read (409) or is gone (404) is left alone: its watch event decides again."""
+        """Carries out one action. Returns the Workload as the API answered (created or
+        patched; after a create's 409, the one that holds the name, for the ownership check),
+        None after a delete. A Workload that changed since it was read (409) or is gone (404)
+        is left alone: its watch event decides again."""
         try:
             if action.kind == "create":
                 return self._create(ns, action.body)
             assert workload is not None
             meta = workload["metadata"]
+            got: Any = None
             if action.kind == "delete":
                 body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
                 self.custom.delete_namespaced_custom_object(
@@ -114,12 +116,13 @@ class KueueClient:
                     **action.body.get("metadata", {}),
                     "resourceVersion": meta["resourceVersion"],
                 }
-                self.custom.patch_namespaced_custom_object(
+                got = self.custom.patch_namespaced_custom_object(
                     kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, meta["name"], patch
                 )
             else:
-                self._patch_status(ns, meta, action.body)
+                got = self._patch_status(ns, meta, action.body)
             metrics.count_api_call(_verb(action), "workload", 200)
+            return dict(got) if got is not None else None
         except ApiException as e:
             metrics.count_api_call(_verb(action), "workload", e.status or 0)
             if e.status not in (404, 409):
@@ -131,11 +134,11 @@ class KueueClient:
 
     def _create(self, ns: str, body: Obj) -> Obj | None:
         try:
-            self.custom.create_namespaced_custom_object(
+            created: Any = self.custom.create_namespaced_custom_object(
                 kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, body
             )
             metrics.count_api_call("create", "workload", 201)
-            return None
+            return dict(created)
         except ApiException as e:
             metrics.count_api_call("create", "workload", e.status or 0)
             if e.status != 409:
@@ -145,7 +148,7 @@ class KueueClient:
         )
         return dict(got)
 
-    def _patch_status(self, ns: str, meta: Obj, status: Obj) -> None:
+    def _patch_status(self, ns: str, meta: Obj, status: Obj) -> Any:
         """The whole status, if the Workload is still at the resourceVersion it was decided
         from (as the job's own status is written, controller._patch_status)."""
         patch = [
@@ -156,7 +159,7 @@ class KueueClient:
             },
             {"op": "add", "path": "/status", "value": status},
         ]
-        self.custom.patch_namespaced_custom_object_status(
+        return self.custom.patch_namespaced_custom_object_status(
             kueue.GROUP,
             kueue.VERSION,
             ns,
