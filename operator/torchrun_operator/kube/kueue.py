@@ -31,6 +31,10 @@ class WorkloadWatcher(PodWatcher):
     """Lists and watches Workloads carrying the job label (the pod watch's loop, back-off and
     re-list, over another resource)."""
 
+    # Until it has listed once, no job is reconciled (as for the pod watch): without Kueue's
+    # CRDs the operator waits, saying so.
+    what = "workload watch (--kueue: are Kueue's CRDs installed?)"
+
     def __init__(
         self,
         api: client.ApiClient,
