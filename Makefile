@@ -12,7 +12,7 @@ TEST_BIN = $(shell cluster/build.sh all)
 build: ## build the local cluster's binaries (cluster/build.sh)
 	cluster/build.sh
 
-build-all: ## the same, plus KWOK and training-operator for the scale benchmark
+build-all: ## the same, plus KWOK and training-operator (scale benchmark) and Kueue (its tests)
 	cluster/build.sh all
 
 venv: ## make or reuse the pinned test environment, linked as .venv

@@ -14,8 +14,10 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
-WHAT=${*:-core}   # core: control plane + coredns + helm; all: also kwok and training-operator
+WHAT=${*:-core}   # core: control plane + coredns + helm; all: also kwok, training-operator, kueue;
+                  # kueue: core + kueue
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
 BIN="$CACHE/bin/$key"
@@ -96,6 +98,16 @@ if [ "$WHAT" = all ]; then
     gobin_install training-operator.v1 \
       "github.com/kubeflow/training-operator/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
     mv "$BIN/training-operator.v1" "$BIN/training-operator-$TRAINING_OPERATOR_VERSION"
+  fi
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = kueue ]; then
+  # Kueue's manager (queues and quota admission, tests/integration/test_kueue.py). Like the
+  # training-operator, its go.mod has no replace directives: `go install` builds it with its
+  # own pins. Its CRDs and config are read from the module cache (localkube.kueue).
+  if ! have "kueue-$KUEUE_VERSION"; then
+    gobin_install kueue "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" \
+      "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+    mv "$BIN/kueue" "$BIN/kueue-$KUEUE_VERSION"
   fi
 fi
 echo "$BIN"

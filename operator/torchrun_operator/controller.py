@@ -28,10 +28,14 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
+from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
 from torchrun_operator.reconcile import Plan, children, reconcile
+from torchrun_operator.reconcile import admission as kueue_admission
+from torchrun_operator.reconcile.admission import Admission
+from torchrun_operator.render import kueue
 from torchrun_operator.render.configmap import packaged_launcher
 from torchrun_operator.render.networkpolicy import OperatorPeer
 
@@ -124,6 +128,7 @@ class Controller:
         network_policy: bool = True,
         operator_namespace: str | None = None,
         live_status: bool | None = None,
+        kueue: bool = False,
     ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -161,6 +166,12 @@ class Controller:
         self.rankmap = RankMapReader(self.enqueue) if live_status else None
         self.active = threading.Event()  # set while this replica leads
         self._phases_lock = threading.Lock()
+        # Kueue (--kueue): jobs labelled kueue.x-k8s.io/queue-name wait for their Workload's
+        # admission. Off, the label means nothing to the operator.
+        self.kueue = KueueClient(api) if kueue else None
+        self.workloads = PodCache()  # our Workloads, by job (they carry the job label)
+        # Job uid -> (Workload resourceVersion, what its admission puts into the pods).
+        self._admitted: dict[str, tuple[str, Obj]] = {}
 
     # -- wiring ------------------------------------------------------------------------------
 
@@ -169,6 +180,10 @@ class Controller:
             w = PodWatcher(self.api, self.pods, self.enqueue, ns)
             w.start()
             self._watchers.append(w)
+            if self.kueue is not None:
+                ww = WorkloadWatcher(self.api, self.workloads, self.enqueue, ns)
+                ww.start()
+                self._watchers.append(ww)
         for i in range(self._workers):
             t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
             t.start()
@@ -296,6 +311,7 @@ class Controller:
         self._children_done.discard(uid)
         self._conflicts.pop(uid, None)
         self._refused.pop(uid, None)
+        self._admitted.pop(uid, None)
         if self.rankmap is not None:
             self.rankmap.forget(key)
         self._publish_phases()
@@ -352,18 +368,92 @@ class Controller:
         blocked = sorted(self._conflicts.get(uid, {}).values())
         refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
         live = self.rankmap.live(key) if self.rankmap is not None else None
-        plan = reconcile(job, self.pods.pods(key), self._clock(), blocked, refused, live=live)
+        workload = self._workload(job) if self.kueue is not None else None
+        priority = self._priority(job, workload)
+        admission, rendered_from = self._admission(job, workload, priority)
+        plan = reconcile(
+            rendered_from, self.pods.pods(key), self._clock(), blocked, refused, live, admission
+        )
         try:
-            self._apply(job, plan)
+            written = self._apply(job, plan)
         except _Gone:
             self._forget(key, uid)
             return
+        if written and self.kueue is not None:
+            self._sync_workload(job, plan, workload, priority)
         if self.rankmap is not None:
             # Which pods to read next: the running pods of the attempt the plan recorded.
             running = plan.status.get("phase") not in (*FINISHED, Phase.SUSPENDED)
             attempt = plan.status.get("attempt")
             self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    # -- Kueue: the job's Workload (reconcile/admission.py decides) ------------------------------
+
+    def _workload(self, job: Obj) -> Obj | None:
+        """The job's own Workload (controller uid) from the watch's cache, None if none."""
+        meta = job["metadata"]
+        ours = [
+            w
+            for w in self.workloads.pods((meta["namespace"], meta["name"]))
+            if controller_uid(w) == meta["uid"]
+        ]
+        return next((w for w in ours if not w["metadata"].get("deletionTimestamp")), None)
+
+    def _priority(self, job: Obj, workload: Obj | None) -> int | None:
+        """The value of the job's WorkloadPriorityClass, read only while it has no Workload
+        (the priority is fixed when the Workload is created)."""
+        name = kueue.priority_class(job)
+        if self.kueue is None or workload is not None or name is None:
+            return None
+        value = self.kueue.priority(name)
+        if value is None:
+            # Nothing watches WorkloadPriorityClasses: look again for the one it names.
+            meta = job["metadata"]
+            self.queue.add((meta["namespace"], meta["name"]), after=BLOCKED_RETRY_SECONDS)
+        return value
+
+    def _admission(
+        self, job: Obj, workload: Obj | None, priority: int | None
+    ) -> tuple[Admission | None, Obj]:
+        """What Kueue says (None: not queued through it), and the job to render pods from:
+        once admitted, with what admission puts into the pods (the assigned flavors' node
+        labels and tolerations), read once per Workload change."""
+        if self.kueue is None:
+            return None, job
+        verdict = kueue_admission.admission(job, workload, priority)
+        if verdict is None or not verdict.admitted or workload is None:
+            return verdict, job
+        uid, rv = job["metadata"]["uid"], workload["metadata"].get("resourceVersion", "")
+        cached = self._admitted.get(uid)
+        if cached is None or cached[0] != rv:
+            flavors = self.kueue.flavors(kueue.assigned_flavors(workload))
+            cached = (rv, kueue.pod_set_info(workload, flavors))
+            self._admitted[uid] = cached
+        return verdict, kueue.with_pod_set_info(job, cached[1])
+
+    def _sync_workload(
+        self, job: Obj, plan: Plan, workload: Obj | None, priority: int | None
+    ) -> None:
+        """After the job's status is written: create, replace, (de)activate, release or finish
+        its Workload, as decided from that status and the pods that are left."""
+        assert self.kueue is not None
+        meta = job["metadata"]
+        key = (meta["namespace"], meta["name"])
+        left = kueue_admission.pods_left(self.pods.pods(key), meta["uid"])
+        now = self._clock().timestamp()
+        actions = kueue_admission.workload_actions(job, plan.status, workload, left, now, priority)
+        for action in actions:
+            log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")
+            got = self.kueue.apply(meta["namespace"], workload, action)
+            if got is None:
+                continue
+            if controller_uid(got) != meta["uid"]:
+                self._conflict(job, got)  # a Workload of that name that is not the job's
+                self.queue.add(key)
+            else:
+                # As the API answered: the next reconcile need not wait for the watch.
+                self.workloads.put(got)
 
     # -- children: created idempotently, used only when they are this job's ----------------------
 
@@ -406,6 +496,9 @@ class Controller:
             "Service": self.core.read_namespaced_service,
             "ConfigMap": self.core.read_namespaced_config_map,
             "NetworkPolicy": self.net.read_namespaced_network_policy,
+            "Workload": lambda name, ns, **kw: self.custom.get_namespaced_custom_object(
+                kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, name, **kw
+            ),
         }[kind]
         try:
             resp = fn(name, ns, _preload_content=False)
@@ -447,19 +540,19 @@ class Controller:
 
     # -- applying a plan: intent first ----------------------------------------------------------
 
-    def _apply(self, job: Obj, plan: Plan) -> None:
+    def _apply(self, job: Obj, plan: Plan) -> bool:
         """Status first, then pods. The status carries every decision (phase, attempt, the
         pods each node index should run), so once it is written a crash or a lost response
         changes nothing: the next reconcile derives the same deletes and creates from it. If
         the write is refused (409: the job changed under us), nothing is touched and the job
-        is decided again from its current state."""
+        is decided again from its current state. True when the plan was carried out."""
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         key = (ns, name)
         old_status = job.get("status") or {}
         if plan.status != old_status:
             if not self._patch_status(job, plan.status):
-                return
+                return False
             # What the plan decided is counted once it is written, never for a plan that lost
             # a conflict (decided again from the job as it is now) or failed.
             metrics.record_transitions(plan.transitions)
@@ -488,9 +581,10 @@ class Controller:
             self._events.submit(events.post, self.core, job, ev.type, ev.reason, ev.message)
         if plan.delete_job:
             self._delete_job(job)
-            return
+            return True
         if plan.requeue_after is not None:
             self.queue.add(key, after=max(plan.requeue_after, 0.05))
+        return True
 
     def _create_pod(self, job: Obj, pod: Obj) -> Obj | ApiException | None:
         """Like _create; a refusal that a retry will not cure is returned, not raised."""

@@ -32,6 +32,7 @@ class Options:
     workers: int = 16
     network_policy: bool = True  # the jobs' default; spec.networkPolicy.enabled overrides
     metrics_port: int | None = None
+    kueue: bool = False  # --kueue: queue-name labelled jobs wait for Kueue's admission
 
 
 _state: dict[str, Any] = {}
@@ -64,6 +65,7 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         namespaces=Options.namespaces,
         workers=Options.workers,
         network_policy=Options.network_policy,
+        kueue=Options.kueue,
     )
     _state["controller"] = ctrl
     if Options.metrics_port:

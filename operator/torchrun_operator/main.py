@@ -29,6 +29,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="give each job a NetworkPolicy unless its spec.networkPolicy.enabled says not",
     )
+    p.add_argument(
+        "--kueue",
+        action="store_true",
+        help="admit jobs labelled kueue.x-k8s.io/queue-name through Kueue Workloads "
+        "(docs/scheduling.md); needs Kueue's CRDs and the chart's kueue.enabled RBAC",
+    )
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -41,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     handlers.Options.leader_id = args.leader_election_id
     handlers.Options.workers = args.workers
     handlers.Options.network_policy = args.network_policy
+    handlers.Options.kueue = args.kueue
     handlers.Options.metrics_port = args.metrics_port or None
     kopf.configure(
         verbose=args.verbose,

@@ -406,3 +406,44 @@ def test_rendered_args_are_accepted_by_the_operator(
     assert args.network_policy is network_policy
     assert args.leader_election_namespace == NS
     assert (args.liveness_port, args.metrics_port, args.log_format) == (8080, 9090, "json")
+
+
+# Kueue (kueue.enabled, docs/scheduling.md): kube/kueue.py watches the job's Workload by label,
+# creates it, deletes it (a job changed while it waited, or unlabelled), patches spec.active,
+# gets it after a create's 409, patches its status (released after an eviction, Finished),
+# and gets the ResourceFlavors it was admitted on and the WorkloadPriorityClass a job names.
+KUEUE_NEEDS = [
+    *[
+        ("kueue.x-k8s.io", "workloads", v)
+        for v in ("get", "list", "watch", "create", "delete", "patch")
+    ],
+    ("kueue.x-k8s.io", "workloads/status", "patch"),
+]
+KUEUE_CLUSTER_READS = [
+    ("kueue.x-k8s.io", "resourceflavors", "get"),
+    ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
+]
+
+
+def test_kueue_rbac_and_flag_only_when_enabled() -> None:
+    objs = render("kueue.enabled=true")
+    role = one(objs, "ClusterRole")
+    assert grants(role["rules"]) == exactly(
+        NAMESPACED_NEEDS + CLUSTER_READS + KUEUE_NEEDS + KUEUE_CLUSTER_READS
+    )
+    for verb in ("update", "deletecollection"):
+        assert not allows(role["rules"], "kueue.x-k8s.io", "workloads", verb)
+    for resource in ("clusterqueues", "localqueues", "resourceflavors"):
+        assert not allows(role["rules"], "kueue.x-k8s.io", resource, "list")
+    assert "--kueue" in deployment_container(objs)["args"]
+    scoped = render("kueue.enabled=true", "watchNamespaces={team-a}")
+    assert grants(one(scoped, "Role", "team-a")["rules"]) == exactly(NAMESPACED_NEEDS + KUEUE_NEEDS)
+    assert grants(one(scoped, "ClusterRole")["rules"]) == exactly(
+        CLUSTER_READS + KUEUE_CLUSTER_READS
+    )
+    plain = render()
+    assert "--kueue" not in deployment_container(plain)["args"]
+    assert not allows(one(plain, "ClusterRole")["rules"], "kueue.x-k8s.io", "workloads", "get")
+    from torchrun_operator.main import parse
+
+    assert parse(deployment_container(objs)["args"]).kueue is True

@@ -84,6 +84,18 @@ child once, reads one back by name only to check who owns it, and deletes only p
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.kueue.enabled }}
+# Kueue (docs/scheduling.md): the job's Workload is watched by label, created, deleted when
+# the job changed while it waited, patched to (de)activate it with runPolicy.suspend; get:
+# after a create's 409, whether the Workload holding the name is the job's.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete, patch]
+# Released after an eviction once the job's pods are gone, and marked Finished.
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [patch]
+{{- end }}
 {{- end }}
 
 {{/* kopf's own cluster-scoped reads: it discovers CRDs and namespaces at runtime. */}}
@@ -94,4 +106,12 @@ child once, reads one back by name only to check who owns it, and deletes only p
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+{{- if .Values.kueue.enabled }}
+# Kueue: the ResourceFlavors a Workload was admitted on, for their node labels and
+# tolerations (read by name when a job is admitted), and the WorkloadPriorityClass a job
+# names (read by name when its Workload is created).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [resourceflavors, workloadpriorityclasses]
+  verbs: [get]
+{{- end }}
 {{- end }}

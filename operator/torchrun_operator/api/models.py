@@ -624,8 +624,8 @@ class Condition(_Wire):
     """A condition with Kubernetes semantics: lastTransitionTime moves only when status flips."""
 
     type: str
-    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler, Succeeded
-    or Failed."""
+    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler, Admitted
+    (jobs queued through Kueue), Succeeded or Failed."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str | None = None
@@ -789,7 +789,8 @@ class JobStatus(_Wire):
     """What the operator observed; written by the operator only."""
 
     phase: Phase | None = None
-    """Pending, Starting, Running, Restarting, Succeeded, Failed or Suspended."""
+    """Pending, Queued (waiting for Kueue to admit it; the Admitted condition says why),
+    Starting, Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] | None = None
     """The job's conditions."""
     observed_generation: int | None = None

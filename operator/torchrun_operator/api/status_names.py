@@ -25,6 +25,7 @@ class Phase(StrEnum):
     """status.phase (docs/design.md, "Phases")."""
 
     PENDING = "Pending"
+    QUEUED = "Queued"  # waiting for Kueue to admit its Workload
     STARTING = "Starting"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -40,6 +41,7 @@ FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 class ConditionType(StrEnum):
     """status.conditions[].type."""
 
+    ADMITTED = "Admitted"  # Kueue admitted the job's Workload (only with --kueue)
     CREATED = "Created"
     RENDEZVOUS_DONE = "RendezvousDone"
     RUNNING = "Running"
@@ -63,6 +65,11 @@ class Reason(StrEnum):
     # Suspended, resumed
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
+    # Queued (Kueue): admitted, evicted, re-admitted
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    EVICTED = "Evicted"
+    READMITTED = "Readmitted"
     # Created, RendezvousDone, Running, Restarting while an attempt starts and runs
     PODS_CREATED = "PodsCreated"
     WAITING = "Waiting"

@@ -83,6 +83,8 @@ def retry_after(e: BaseException) -> float | None:
 
 
 class PodWatcher:
+    what = "pod watch"  # for the log
+
     def __init__(
         self,
         api: client.ApiClient,
@@ -166,7 +168,8 @@ class PodWatcher:
                     delay = max(delay, asked)
                 log.log(
                     logging.INFO if gone else logging.WARNING,
-                    "pod watch: %s; re-listing in %.1f s",
+                    "%s: %s; re-listing in %.1f s",
+                    self.what,
                     _describe(e),
                     delay,
                 )

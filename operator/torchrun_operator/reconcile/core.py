@@ -35,12 +35,14 @@ from ..render import render_pod, world_size
 from . import conditions as cond
 from . import failure
 from . import progress as prog
+from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
 from .failure import SETTLE_SECONDS
 from .failure.replace import replacement_of
 from .finish import after_finish, finish
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, PhaseChanged, Plan
+from .queueing import admitted, queue, record_admission
 from .rootcause import lost_candidate, pod_candidates
 
 # The reconciler's timing constants are read from here (tests/unit/reconcile).
@@ -54,6 +56,7 @@ def reconcile(
     blocked: Sequence[str] = (),
     refused: Sequence[str] = (),
     live: Mapping[str, Any] | None = None,
+    admission: Admission | None = None,
 ) -> Plan:
     """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
     job's names that is not the job's), described for people; while any is, no pod is
@@ -62,7 +65,8 @@ def reconcile(
     back-off; the Blocked condition carries them meanwhile. `live`: per pod uid, the latest
     answer of the pod's launcher status endpoint as the shell read it, {"at": unix seconds
     on the operator's clock, "data": the JSON} (docs/pod-contract.md); answers that do not
-    belong to the pod's attempt and index are ignored."""
+    belong to the pod's attempt and index are ignored. `admission`: what Kueue says about a
+    job queued through it (reconcile/admission.py), None for any other job."""
     status = _migrated(copy.deepcopy(job.get("status") or {}))
     meta = job["metadata"]
     if meta.get("generation") is not None:
@@ -99,13 +103,18 @@ def reconcile(
     status["worldSize"] = world_size(spec)
 
     phase = status["phase"]
+    waited = record_admission(ctx, admission) if phase not in FINISHED else None
     if phase in FINISHED:
         after_finish(ctx)
     elif spec.run_policy.suspend:
         _suspend(ctx)
+    elif admission is not None and not admission.admitted:
+        queue(ctx, admission)
     else:
         if phase == Phase.SUSPENDED:
             _resume(ctx)
+        elif phase == Phase.QUEUED:
+            admitted(ctx, waited)
         if not _deadline_passed(ctx):
             if ctx.phase in (Phase.PENDING, Phase.RESTARTING):
                 before = copy.deepcopy(ctx.status)

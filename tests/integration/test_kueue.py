@@ -1,0 +1,351 @@
+"""Kueue on the local cluster: jobs labelled kueue.x-k8s.io/queue-name are admitted by a real
+Kueue (built by `cluster/build.sh kueue`, run with its webhooks by localkube.kueue) through the
+Workload the operator creates and follows (docs/scheduling.md).
+
+While these tests run, the session's operator is replaced by one started with --kueue (both
+would act on every job).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, wait_for, wait_phase
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from localkube.kueue import Kueue
+
+pytestmark = pytest.mark.localkube
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+EXTERNAL_FRAMEWORK = "DistributedTrainingJob.v1alpha1.torchrun.dev"
+# attempt 0 of the evicted job trains "forever"; any later attempt finishes at once. torchrun
+# gives the workers the rendezvous id, `<job uid>-<attempt>`, as TORCHELASTIC_RUN_ID.
+SCRIPT = """\
+import os, sys, time
+attempt = os.environ["TORCHELASTIC_RUN_ID"].rsplit("-", 1)[1]
+print(f"attempt {attempt} rank {os.environ['RANK']}", flush=True)
+time.sleep(float(sys.argv[1]) if attempt == "0" else 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kueue]:
+    k = Kueue(cluster, tmp_path_factory.mktemp("kueue"), [EXTERNAL_FRAMEWORK]).start()
+    try:
+        yield k
+    finally:
+        k.stop()
+
+
+@pytest.fixture(scope="module")
+def kueue_operator(
+    operator: OperatorProcess, kueue: Kueue, cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    operator.kill()
+    op = OperatorProcess(
+        Path(cluster.kubeconfig), tmp_path_factory.mktemp("kueue-operator"), extra=["--kueue"]
+    )
+    op.start()
+    try:
+        yield op
+    finally:
+        op.kill()
+        operator.start()
+    assert "Traceback" not in op.log(), op.log()[-4000:]
+
+
+def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(kube)
+
+
+@pytest.fixture
+def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]:
+    """A ResourceFlavor that puts pods on node-1, a ClusterQueue with room for 2 CPUs (one
+    job of 2 pods x 1 CPU) that preempts lower priorities for higher ones, WorkloadPriorityClasses
+    `<namespace>-low` and `-high`, and a LocalQueue `q` in the test's namespace."""
+    api = custom(kube)
+    flavor, cq = f"f-{namespace}", f"cq-{namespace}"
+    for level, value in (("low", 10), ("high", 1000)):
+        api.create_cluster_custom_object(
+            *KUEUE,
+            "workloadpriorityclasses",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta2",
+                "kind": "WorkloadPriorityClass",
+                "metadata": {"name": f"{namespace}-{level}"},
+                "value": value,
+            },
+        )
+    api.create_cluster_custom_object(
+        *KUEUE,
+        "resourceflavors",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ResourceFlavor",
+            "metadata": {"name": flavor},
+            "spec": {"nodeLabels": {"kubernetes.io/hostname": "node-1"}},
+        },
+    )
+    api.create_cluster_custom_object(
+        *KUEUE,
+        "clusterqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq},
+            "spec": {
+                "namespaceSelector": {},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory"],
+                        "flavors": [
+                            {
+                                "name": flavor,
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": "2"},
+                                    {"name": "memory", "nominalQuota": "4Gi"},
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            },
+        },
+    )
+    api.create_namespaced_custom_object(
+        *KUEUE,
+        namespace,
+        "localqueues",
+        {
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "LocalQueue",
+            "metadata": {"name": "q"},
+            "spec": {"clusterQueue": cq},
+        },
+    )
+    yield "q"
+    for plural, name in (
+        ("clusterqueues", cq),
+        ("resourceflavors", flavor),
+        ("workloadpriorityclasses", f"{namespace}-low"),
+        ("workloadpriorityclasses", f"{namespace}-high"),
+    ):
+        try:
+            api.delete_cluster_custom_object(*KUEUE, plural, name)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def queued_job(
+    kube: client.ApiClient, ns: str, name: str, seconds: float, priority: str | None = None
+) -> dict[str, Any]:
+    """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
+    low or high."""
+    client.CoreV1Api(kube).create_namespaced_config_map(
+        ns,
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=f"{name}-script"), data={"job.py": SCRIPT}
+        ),
+    )
+    job: dict[str, Any] = {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "DistributedTrainingJob",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "nodes": 2,
+            "nprocPerNode": 1,
+            "rendezvous": {"joinTimeoutSeconds": 90},
+            # No restart allowed: an eviction that spent the budget would fail the job.
+            "failurePolicy": {"maxRestarts": 0},
+            "template": {
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [
+                        {
+                            "name": "trainer",
+                            "image": "python:3.11",
+                            "command": ["python", "/workspace/job.py", str(seconds)],
+                            "resources": {
+                                "requests": {"cpu": "1", "memory": "1Gi"},
+                                "limits": {"cpu": "1", "memory": "1Gi"},
+                            },
+                            "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
+                        }
+                    ],
+                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
+                }
+            },
+        },
+    }
+    if priority is not None:
+        job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
+    return create_job(kube, ns, job)
+
+
+def workload(kube: client.ApiClient, ns: str, job: str) -> dict[str, Any] | None:
+    listed: Any = custom(kube).list_namespaced_custom_object(
+        *KUEUE, ns, "workloads", label_selector=f"torchrun.dev/job-name={job}"
+    )
+    items = listed["items"]
+    return items[0] if items else None
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == type_), {})
+
+
+def phase(kube: client.ApiClient, ns: str, name: str) -> str | None:
+    return (get_job(kube, ns, name).get("status") or {}).get("phase")
+
+
+def dtj_status(cluster: Any, ns: str, name: str) -> str:
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchrun_operator.cli.main", "status", name, "-n", ns],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.usefixtures("kueue_operator")
+def test_quota_for_one_job_runs_the_second_only_after_the_first(
+    kube: client.ApiClient, namespace: str, queue: str, cluster: Any
+) -> None:
+    ns = namespace
+    queued_job(kube, ns, "first", 15)
+    time.sleep(1)  # Kueue admits in creation order
+    queued_job(kube, ns, "second", 1)
+
+    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
+    second = wait_phase(kube, ns, "second", {"Queued"}, 60)
+    admitted = condition(second, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"] == "Pending", admitted
+    # Kueue's own words, from the Workload.
+    assert "insufficient unused quota" in admitted["message"], admitted
+    wl = workload(kube, ns, "second")
+    assert wl is not None and condition(wl, "QuotaReserved")["message"] == admitted["message"]
+    out = dtj_status(cluster, ns, "second")
+    assert "Queued" in out and "insufficient unused quota" in out, out
+
+    # While the first runs, the second has no pod at all.
+    deadline = time.monotonic() + 300
+    while phase(kube, ns, "first") not in ("Succeeded", "Failed"):
+        assert job_pods(kube, ns, "second") == [], "the second job started before admission"
+        assert time.monotonic() < deadline, "the first job never finished"
+        time.sleep(0.5)
+    first = get_job(kube, ns, "first")
+    assert first["status"]["phase"] == "Succeeded", first["status"]
+    first_wl = wait_for(
+        "the first Workload Finished",
+        lambda: (
+            (w := workload(kube, ns, "first"))
+            and condition(w, "Finished").get("status") == "True"
+            and w
+        ),
+    )
+    assert condition(first_wl, "Finished")["reason"] == "Succeeded"
+
+    # Admission put the flavor's node labels into the pods, as Kueue's integrations do.
+    wait_for("the second job's pods", lambda: job_pods(kube, ns, "second"), 120)
+    for pod in job_pods(kube, ns, "second"):
+        assert pod.spec.node_selector == {"kubernetes.io/hostname": "node-1"}
+        assert pod.metadata.labels["kueue.x-k8s.io/podset"] == "workers"
+    second = wait_phase(kube, ns, "second", {"Succeeded", "Failed"}, 240)
+    assert second["status"]["phase"] == "Succeeded", second["status"]
+    assert condition(second, "Admitted")["status"] == "True"
+    assert all(p.spec.node_name == "node-1" for p in job_pods(kube, ns, "second"))
+
+
+@pytest.mark.usefixtures("kueue_operator")
+def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
+    kube: client.ApiClient, namespace: str, queue: str, cluster: Any
+) -> None:
+    ns = namespace
+    queued_job(kube, ns, "evicted", 3600)
+    running = wait_phase(kube, ns, "evicted", {"Running"}, 180)
+    assert running["status"]["attempt"] == 0
+    wl = workload(kube, ns, "evicted")
+    assert wl is not None
+    name = wl["metadata"]["name"]
+    api = custom(kube)
+    api.patch_namespaced_custom_object(*KUEUE, ns, "workloads", name, {"spec": {"active": False}})
+
+    queued = wait_phase(kube, ns, "evicted", {"Queued"}, 60)
+    admitted = condition(queued, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"].startswith("Deactivated"), admitted
+    wait_for("the evicted job's pods gone", lambda: job_pods(kube, ns, "evicted") == [], 120)
+    # Once the pods are gone the operator releases the quota, as Kueue's integrations do.
+    released = wait_for(
+        "quota released",
+        lambda: (
+            (w := workload(kube, ns, "evicted"))
+            and condition(w, "QuotaReserved").get("status") == "False"
+            and w
+        ),
+        60,
+    )
+    assert "admission" not in released["status"]
+    status = get_job(kube, ns, "evicted")["status"]
+    assert status["phase"] == "Queued"
+    assert status["counters"]["restarts"] == 0 and status["counters"]["infrastructureFailures"] == 0
+    assert "Deactivated" in dtj_status(cluster, ns, "evicted")
+
+    api.patch_namespaced_custom_object(*KUEUE, ns, "workloads", name, {"spec": {"active": True}})
+    done = wait_phase(kube, ns, "evicted", {"Succeeded", "Failed"}, 240)
+    st = done["status"]
+    assert st["phase"] == "Succeeded", st
+    assert st["attempt"] == 1
+    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
+    [record] = st["restarts"]
+    assert record["kind"] == "suspend" and record["reason"].startswith("Deactivated"), record
+    finished = wait_for(
+        "the Workload Finished",
+        lambda: (
+            (w := workload(kube, ns, "evicted"))
+            and condition(w, "Finished").get("status") == "True"
+        ),
+    )
+    assert finished
+
+
+@pytest.mark.usefixtures("kueue_operator")
+def test_a_higher_priority_job_preempts_without_a_restart_and_the_preempted_one_resumes(
+    kube: client.ApiClient, namespace: str, queue: str
+) -> None:
+    ns = namespace
+    queued_job(kube, ns, "low", 3600, priority="low")
+    wait_phase(kube, ns, "low", {"Running"}, 180)
+    wl = workload(kube, ns, "low")
+    assert wl is not None and wl["spec"]["priority"] == 10
+    queued_job(kube, ns, "high", 5, priority="high")
+
+    low = wait_phase(kube, ns, "low", {"Queued"}, 120)
+    admitted = condition(low, "Admitted")
+    assert admitted["status"] == "False" and admitted["reason"] == "Preempted", admitted
+    done = wait_phase(kube, ns, "high", {"Succeeded", "Failed"}, 240)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert done["status"]["attempt"] == 0
+
+    low = wait_phase(kube, ns, "low", {"Succeeded", "Failed"}, 240)
+    st = low["status"]
+    assert st["phase"] == "Succeeded", st
+    assert st["attempt"] == 1
+    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
+    [record] = st["restarts"]
+    assert record["kind"] == "suspend" and record["reason"] == "Preempted", record

@@ -1,0 +1,148 @@
+"""The controller's Kueue hook against an in-memory API: no pod before admission, the status
+written before anything is done to the Workload, the flavor's node labels in the pods, and an
+eviction that deletes the pods first and releases the quota only once they are gone."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from test_controller import Harness, make_job, running
+from torchrun_operator.kube.cache import PodCache
+from torchrun_operator.reconcile.admission import WorkloadAction
+from torchrun_operator.render import kueue
+
+Obj = dict[str, Any]
+
+
+class FakeKueue:
+    """kube/kueue.KueueClient over one Workload; records the calls into the FakeApi's log so
+    that their order with the job's status write and the pod calls can be checked."""
+
+    def __init__(self, h: Harness) -> None:
+        self.h = h
+        self.workload: Obj | None = None
+        self.flavor = {"spec": {"nodeLabels": {"pool": "a100"}}}
+
+    def flavors(self, names: list[str]) -> dict[str, Obj]:
+        return {n: self.flavor for n in names}
+
+    def apply(self, ns: str, workload: Obj | None, action: WorkloadAction) -> Obj | None:
+        self.h.api.calls.append((action.kind, "Workload"))
+        if action.kind == "create":
+            self.workload = copy.deepcopy(action.body)
+            self.workload["metadata"].update(uid="wl-uid", resourceVersion="1")
+            self.workload["status"] = {}
+        elif action.kind == "delete":
+            self.workload = None
+        elif action.kind == "patch_status":
+            assert self.workload is not None
+            self.workload["status"] = copy.deepcopy(action.body)
+        return copy.deepcopy(self.workload)
+
+    def kueue_says(self, *conds: tuple[str, str, str], admission: Obj | None = None) -> None:
+        """Kueue's side: the Workload's conditions (and admission) as Kueue writes them."""
+        assert self.workload is not None
+        status: Obj = {
+            "conditions": [
+                {"type": t, "status": s, "reason": r, "message": f"{r} says Kueue"}
+                for t, s, r in conds
+            ]
+        }
+        if admission is not None:
+            status["admission"] = admission
+        self.workload["status"] = status
+        rv = int(self.workload["metadata"]["resourceVersion"]) + 1
+        self.workload["metadata"]["resourceVersion"] = str(rv)
+
+
+ADMISSION = {
+    "clusterQueue": "cq",
+    "podSetAssignments": [{"name": "workers", "flavors": {"cpu": "a"}}],
+}
+ADMITTED = (("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"))
+
+
+def harness() -> tuple[Harness, FakeKueue]:
+    job = make_job()
+    job["metadata"]["labels"] = {kueue.QUEUE_LABEL: "q"}
+    h = Harness(job)
+    fake = FakeKueue(h)
+    h.ctrl.kueue = fake  # type: ignore[assignment]
+    original = h.sync
+
+    def sync(advance: float = 0.0) -> None:
+        # As the Workload watch would: the cache holds what the API holds.
+        h.ctrl.workloads = PodCache()
+        if fake.workload is not None:
+            h.ctrl.workloads.put(copy.deepcopy(fake.workload))
+        original(advance)
+
+    h.sync = sync  # type: ignore[method-assign]
+    return h, fake
+
+
+def test_no_pod_before_admission_and_the_status_first() -> None:
+    h, fake = harness()
+    h.sync()
+    assert h.api.pods() == {}
+    assert h.status["phase"] == "Queued"
+    calls = [c for c in h.api.calls if c[1] in ("status", "Workload")]
+    assert calls == [("patch", "status"), ("create", "Workload")]
+    assert fake.workload is not None and fake.workload["spec"]["queueName"] == "q"
+
+    fake.kueue_says(("QuotaReserved", "False", "Pending"))
+    h.sync()
+    assert h.api.pods() == {}
+    admitted = next(c for c in h.status["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"], admitted["message"]) == (
+        "False",
+        "Pending",
+        "Pending says Kueue",
+    )
+
+    fake.kueue_says(*ADMITTED, admission=ADMISSION)
+    h.sync()
+    pods = h.api.pods()
+    assert set(pods) == {"job-0", "job-1"}
+    for pod in pods.values():
+        assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
+        assert pod["metadata"]["labels"][kueue.PODSET_LABEL] == "workers"
+
+
+def test_eviction_deletes_the_pods_then_releases_the_quota_once_they_are_gone() -> None:
+    h, fake = harness()
+    h.sync()
+    fake.kueue_says(*ADMITTED, admission=ADMISSION)
+    h.sync()
+    for name in list(h.api.pods()):
+        h.api.set_pod(name, running())
+    h.sync()
+    assert h.status["phase"] == "Running"
+
+    fake.kueue_says(*ADMITTED, ("Evicted", "True", "Preempted"), admission=ADMISSION)
+    h.api.calls.clear()
+    h.sync()
+    assert h.status["phase"] == "Queued"
+    assert h.api.pods() == {}
+    # The pods were cached when the plan was applied: no release in this round yet.
+    assert ("patch_status", "Workload") not in h.api.calls
+    # Intent first: Queued is recorded before the pods are deleted.
+    first = h.api.calls.index(("patch", "status"))
+    deletes = [i for i, c in enumerate(h.api.calls) if c[0] == "delete"]
+    assert len(deletes) == 2 and min(deletes) > first
+
+    h.sync()  # the pod watch saw them go
+    assert fake.workload is not None
+    released = {c["type"]: c for c in fake.workload["status"]["conditions"]}
+    assert released["QuotaReserved"]["status"] == "False"
+    assert "admission" not in fake.workload["status"]
+    assert h.status["counters"]["restarts"] == 0
+
+
+def test_a_refused_status_write_touches_no_workload() -> None:
+    h, fake = harness()
+    h.api.fail = lambda verb, what: 409 if what == "status" else None
+    h.sync()
+    assert fake.workload is None
+    assert ("create", "Workload") not in h.api.calls
