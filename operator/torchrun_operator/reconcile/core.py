@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from ..api import names
 from ..api.models import JobSpec
 from ..render import render_pod, world_size
-from . import budget, crashloop, hang
+from . import budget, crashloop, gang, hang
 from . import conditions as cond
 from . import progress as prog
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
@@ -191,6 +191,7 @@ def reconcile(
                     ctx.events.clear()
             else:
                 _observe(ctx)
+        gang.record(ctx.status, spec, ctx.name)
         _report_blocked(ctx)
     return ctx.plan()
 
@@ -409,6 +410,7 @@ def _observe(ctx: _Ctx) -> None:
         for i in range(desired)
     )
     st["phase"] = "Running" if all_up else "Starting"
+    _scheduling(ctx, seen)
     _stragglers(ctx, seen)
     if all_up:
         ctx.set_cond("Running", True, "AllPodsRunning", f"{desired} pods running")
@@ -449,6 +451,20 @@ def _succeeded(ctx: _Ctx, seen: _Seen) -> bool:
         _finish(ctx, "Succeeded", "AllRanksSucceeded", f"all {desired} pods succeeded")
         return True
     return False
+
+
+def _scheduling(ctx: _Ctx, seen: _Seen) -> None:
+    """Waiting, and the Scheduled condition, while the scheduler says it cannot place pods
+    (a gang that does not fit, a topology domain, resources); the condition appears only
+    once a pod had to wait."""
+    desired = ctx.spec.nodes
+    why = gang.waiting(seen.current, desired, ctx.spec, ctx.status)
+    if why is not None:
+        ctx.status["phase"] = "Waiting"
+        if ctx.set_cond("Scheduled", False, *why):
+            ctx.event("Normal", "Waiting", why[1])
+    elif cond.get(ctx.conds, "Scheduled") and gang.scheduled(seen.current, desired):
+        ctx.set_cond("Scheduled", True, "AllPodsScheduled", f"all {desired} pods scheduled")
 
 
 # ---- progress -----------------------------------------------------------------------------
