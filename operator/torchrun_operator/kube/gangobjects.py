@@ -50,8 +50,8 @@ class GangObjects:
         words when an object cannot be created (the API or CRD is missing, RBAC, a name held
         by an object that is not the job's)."""
         record = status.get("scheduling")
-        if not record:
-            return
+        if not record or status.get("phase") in ("Succeeded", "Failed"):
+            return  # a finished job starts no pods: its last gang stays until the job goes
         meta = job["metadata"]
         uid, ns = meta["uid"], meta["namespace"]
         key = (str(record["gang"]), int(record["attempt"]))
