@@ -57,7 +57,16 @@ NAMESPACE = "torchrun_operator"
 
 # Every phase a job's status can have (docs/design.md): the gauge reports 0 for phases with no
 # job, so a dashboard does not show a stale value after the last job of a phase goes away.
-PHASES = ("Pending", "Starting", "Waiting", "Running", "Restarting", "Succeeded", "Failed", "Suspended")
+PHASES = (
+    "Pending",
+    "Starting",
+    "Waiting",
+    "Running",
+    "Restarting",
+    "Succeeded",
+    "Failed",
+    "Suspended",
+)
 RESTART_KINDS = ("user", "infrastructure")
 
 # Pod scheduling plus image pull can take minutes on a cold GPU node; rendezvous waits on the

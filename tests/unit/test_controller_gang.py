@@ -139,8 +139,9 @@ def test_a_refused_podgroup_blocks_the_pods_and_says_why(code: int) -> None:
     assert h.api.pods() == {}, "no pod starts without its gang"
     blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
     assert blocked["status"] == "True"
-    assert f"creating Workload ns/job-a0 (scheduling.k8s.io/v1beta1) refused ({code})" in (
-        blocked["message"]
+    assert (
+        f"creating Workload ns/job-a0 (scheduling.k8s.io/v1beta1) refused ({code})"
+        in (blocked["message"])
     )
     fake.refuse = None
     h.ctrl._refused["job-uid"]["(gang)"] = ("", 0.0, 1)  # the back-off has passed

@@ -35,6 +35,7 @@ _LABEL_KEY_PATTERN = (
 )
 # A DNS-1123 subdomain (scheduler and queue names).
 _SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+Subdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=_SUBDOMAIN_PATTERN)]
 
 _EXCLUSIVE_NEEDS_KEY = Rule(
     "!has(self.exclusive) || !self.exclusive || has(self.topologyKey)",
@@ -97,15 +98,11 @@ class Scheduling(_Wire):
     scheduler-plugins coscheduling plugin (PodGroup scheduling.x-k8s.io/v1alpha1). Volcano:
     Volcano (PodGroup scheduling.volcano.sh/v1beta1). Each gang needs the pods of the attempt
     to be placed together: minNodes of them for an elastic job, nodes otherwise."""
-    scheduler_name: (
-        Annotated[str, Field(min_length=1, max_length=253, pattern=_SUBDOMAIN_PATTERN)] | None
-    ) = None
+    scheduler_name: Subdomain | None = None
     """The pods' schedulerName with a gang. Unset: the template's; else
     scheduler-plugins-scheduler for Coscheduling, volcano for Volcano, the default scheduler
     for Native."""
-    queue: Annotated[str, Field(min_length=1, max_length=253, pattern=_SUBDOMAIN_PATTERN)] | None = (
-        None
-    )
+    queue: Subdomain | None = None
     """Volcano's queue for the PodGroup. Unset: Volcano's default queue."""
     schedule_timeout_seconds: Annotated[int, Field(ge=1, le=24 * 3600)] | None = None
     """Coscheduling's scheduleTimeoutSeconds (how long the gang may wait at the permit stage).

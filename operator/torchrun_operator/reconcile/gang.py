@@ -51,9 +51,8 @@ def waiting(
     gang = spec.scheduling.gang
     if gang != "None":
         group = (status.get("scheduling") or {}).get("podGroup")
-        head += (
-            f"; {gang} gang scheduling places {min_member(spec)} pods together or none"
-            + (f" (PodGroup {group})" if group else "")
+        head += f"; {gang} gang scheduling places {min_member(spec)} pods together or none" + (
+            f" (PodGroup {group})" if group else ""
         )
     return reason, truncate(f"{head}; {detail}") or ""
 

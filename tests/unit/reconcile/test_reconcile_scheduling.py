@@ -14,7 +14,12 @@ def unschedulable(pod: dict[str, Any], message: str) -> dict[str, Any]:
     pod["status"] = {
         "phase": "Pending",
         "conditions": [
-            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+            }
         ],
     }
     return pod

@@ -126,9 +126,7 @@ def test_gang_names_fit_a_label_value_and_keep_jobs_apart() -> None:
 
 
 def test_one_domain_and_exclusive_placement() -> None:
-    job = make_job(
-        scheduling={"placement": {"topologyKey": "example.com/rack", "exclusive": True}}
-    )
+    job = make_job(scheduling={"placement": {"topologyKey": "example.com/rack", "exclusive": True}})
     pod = render_pod(job, 0, 3)
     assert pod["metadata"]["labels"][LABEL_JOB_UID] == UID
     (together,) = pod["spec"]["affinity"]["podAffinity"][
@@ -167,8 +165,11 @@ def test_one_pod_per_node_keeps_the_templates_own_affinity() -> None:
     }
     assert "podAffinity" not in pod["spec"]["affinity"]
     # The template itself is not changed.
-    assert len(
-        job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
-            "requiredDuringSchedulingIgnoredDuringExecution"
-        ]
-    ) == 1
+    assert (
+        len(
+            job["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            ]
+        )
+        == 1
+    )
