@@ -159,3 +159,20 @@ def test_no_gang_creates_no_gang_objects() -> None:
     assert "scheduling" not in h.status
     for pod in h.api.pods().values():
         assert "schedulingGroup" not in pod["spec"]
+
+
+def test_a_refused_cleanup_list_is_shown_too() -> None:
+    h, fake = harness("Volcano")
+
+    def refuse(*a: Any, **kw: Any) -> Any:
+        raise ApiException(status=403, reason="Forbidden")
+
+    fake.list_namespaced_custom_object = refuse  # type: ignore[method-assign]
+    h.sync()
+    h.sync(0.5)
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert (
+        "cleaning up podgroups.scheduling.volcano.sh of earlier attempts refused (403)"
+        in (blocked["message"])
+    )
+    assert h.api.pods() == {}

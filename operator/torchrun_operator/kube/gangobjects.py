@@ -61,7 +61,13 @@ class GangObjects:
         for obj in render_gang(job, key[1]):
             self._create(ns, uid, kinds[obj["kind"]], obj)
         for kind in KINDS[key[0]]:
-            self._delete_others(ns, meta["name"], uid, kind, key[1])
+            try:
+                self._delete_others(ns, meta["name"], uid, kind, key[1])
+            except ApiException as e:
+                what = f"{kind.plural}.{kind.group}"
+                raise GangRefused(
+                    f"cleaning up {what} of earlier attempts refused ({e.status}): {_message(e)}"
+                ) from e
         self._done[uid] = key
 
     def _create(self, ns: str, uid: str, kind: Kind, obj: Obj) -> None:
@@ -77,7 +83,10 @@ class GangObjects:
             metrics.count_api_call("create", kind.kind.lower(), e.status or 0)
             if e.status != 409:
                 raise GangRefused(f"creating {what} refused ({e.status}): {_message(e)}") from e
-        existing = self._get(ns, kind, name)
+        try:
+            existing = self._get(ns, kind, name)
+        except ApiException as e:
+            raise GangRefused(f"reading {what} refused ({e.status}): {_message(e)}") from e
         if existing is not None and _controller_uid(existing) != uid:
             raise GangRefused(f"{what} exists and is not this job's; delete or rename it")
 
