@@ -8,7 +8,7 @@
 # with its published v0.Y.Z, derived from the release's own go.mod.
 set -euo pipefail
 
-K8S_VERSION=${K8S_VERSION:-v1.34.4}
+K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}

@@ -4,6 +4,7 @@ argv lists and file contents out, so the flags are reviewed and unit-tested in o
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,31 @@ NODE_MONITOR_GRACE = "20s"
 # Tolerations that DefaultTolerationSeconds admission adds to every pod: a lost node's pods are
 # evicted this long after the node turns NotReady (upstream default: 300).
 DEFAULT_TOLERATION_SECONDS = 30
+# Kubernetes' own gang scheduling (docs/scheduling.md): the Workload and PodGroup API
+# (scheduling.k8s.io/v1beta1, beta and off by default in 1.37) and kube-scheduler's
+# GangScheduling plugin, both behind the GenericWorkload feature gate. Older releases had
+# other, alpha versions of the API, which the operator does not use: the gate is set from
+# 1.37 on only (an unknown gate stops a component).
+WORKLOAD_MIN_MINOR = 37
+WORKLOAD_GATES = "GenericWorkload=true"
+WORKLOAD_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+
+
+def parse_minor(version: str) -> int | None:
+    """1.<minor> from "Kubernetes v1.37.2" (what the components print for --version)."""
+    match = re.search(r"v1\.(\d+)\.", version)
+    return int(match.group(1)) if match else None
+
+
+def workload_flags(minor: int | None, api: bool = False) -> list[str]:
+    """The feature gate (and for the apiserver the API version) of the Workload API, for
+    components of Kubernetes 1.<minor>; none before 1.37 or when the version is unknown."""
+    if minor is None or minor < WORKLOAD_MIN_MINOR:
+        return []
+    flags = [f"--feature-gates={WORKLOAD_GATES}"]
+    if api:
+        flags.append(f"--runtime-config={WORKLOAD_RUNTIME_CONFIG}")
+    return flags
 
 
 @dataclass(frozen=True)
@@ -125,7 +151,12 @@ def etcd_args(bin_dir: Path, layout: Layout, ports: Ports) -> list[str]:
 
 
 def apiserver_args(
-    bin_dir: Path, layout: Layout, ports: Ports, host_ip: str, extra: list[str] | None = None
+    bin_dir: Path,
+    layout: Layout,
+    ports: Ports,
+    host_ip: str,
+    extra: list[str] | None = None,
+    minor: int | None = None,
 ) -> list[str]:
     pki = layout.pki
     return [
@@ -151,11 +182,14 @@ def apiserver_args(
         f"--default-unreachable-toleration-seconds={DEFAULT_TOLERATION_SECONDS}",
         f"--cert-dir={layout.certs / 'apiserver'}",
         "--v=1",
+        *workload_flags(minor, api=True),
         *(extra or []),
     ]
 
 
-def controller_manager_args(bin_dir: Path, layout: Layout, ports: Ports) -> list[str]:
+def controller_manager_args(
+    bin_dir: Path, layout: Layout, ports: Ports, minor: int | None = None
+) -> list[str]:
     pki = layout.pki
     kc = str(layout.admin_kubeconfig)
     return [
@@ -176,10 +210,13 @@ def controller_manager_args(bin_dir: Path, layout: Layout, ports: Ports) -> list
         f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
         "--node-monitor-period=2s",
         "--v=1",
+        *workload_flags(minor),
     ]
 
 
-def scheduler_args(bin_dir: Path, layout: Layout, ports: Ports) -> list[str]:
+def scheduler_args(
+    bin_dir: Path, layout: Layout, ports: Ports, minor: int | None = None
+) -> list[str]:
     kc = str(layout.admin_kubeconfig)
     return [
         str(bin_dir / "kube-scheduler"),
@@ -191,6 +228,7 @@ def scheduler_args(bin_dir: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--cert-dir={layout.certs / 'scheduler'}",
         "--leader-elect=false",
         "--v=1",
+        *workload_flags(minor),
     ]
 
 

@@ -55,6 +55,18 @@ def find_bin_dir() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def kubernetes_minor(bin_dir: Path) -> int | None:
+    """The minor version of the kube-apiserver in `bin_dir` (`--version` prints
+    "Kubernetes v1.37.2"); None if it says something else."""
+    out = subprocess.run(
+        [str(bin_dir / "kube-apiserver"), "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return components.parse_minor(out.stdout)
+
+
 def node_package_available() -> bool:
     try:
         return importlib.util.find_spec("localkube.node.__main__") is not None
@@ -229,8 +241,10 @@ class Cluster:
         )
         t = self._step("etcd", t)
 
+        minor = kubernetes_minor(bins)
         api = self._launch(
-            "kube-apiserver", components.apiserver_args(bins, layout, ports, self.net.host_ip)
+            "kube-apiserver",
+            components.apiserver_args(bins, layout, ports, self.net.host_ip, minor=minor),
         )
         ctx = self._admin_ssl()
         procs.wait_until(
@@ -243,9 +257,12 @@ class Cluster:
         t = self._step("kube-apiserver", t)
 
         kcm = self._launch(
-            "kube-controller-manager", components.controller_manager_args(bins, layout, ports)
+            "kube-controller-manager",
+            components.controller_manager_args(bins, layout, ports, minor=minor),
         )
-        sched = self._launch("kube-scheduler", components.scheduler_args(bins, layout, ports))
+        sched = self._launch(
+            "kube-scheduler", components.scheduler_args(bins, layout, ports, minor=minor)
+        )
         layout.corefile.write_text(
             components.render_corefile(self.net.host_ip, layout.admin_kubeconfig, ports)
         )

@@ -28,6 +28,7 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
+from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.kube.rankmap import RankMapReader
@@ -59,6 +60,8 @@ ERROR_RETRY_SECONDS = 2.0
 REFUSED_RETRY_MAX_SECONDS = 300.0
 # Answers to a pod create that a retry alone will not cure, shown on the job.
 REFUSED_CODES = (400, 403, 422)
+# Where a refused gang object is kept among the refused creates (no pod has this name).
+GANG_KEY = "(gang)"
 # "0" turns the live rank map (reading the launchers' status endpoints) off.
 ENV_LIVE_STATUS = "TORCHRUN_OPERATOR_LIVE_STATUS"
 
@@ -157,6 +160,7 @@ class Controller:
         # Pod creates the apiserver refused: job uid -> pod name -> (message, retry at, tries).
         self._refused: dict[str, dict[str, tuple[str, float, int]]] = {}
         self._launcher = packaged_launcher()
+        self._gang = GangObjects(api)  # spec.scheduling.gang: the attempts' PodGroups
         self._threads: list[threading.Thread] = []
         self._watchers: list[PodWatcher] = []
         # The live rank map: the launchers' status endpoints, read by their pod IPs. Off with
@@ -312,6 +316,7 @@ class Controller:
         self._conflicts.pop(uid, None)
         self._refused.pop(uid, None)
         self._admitted.pop(uid, None)
+        self._gang.forget(uid)
         if self.rankmap is not None:
             self.rankmap.forget(key)
         self._publish_phases()
@@ -561,6 +566,8 @@ class Controller:
         uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
         list(self._pool.map(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete))
         creates = self._due_creates(meta["uid"], plan.create)
+        if not self._gang_ready(job, plan.status):
+            creates = []  # a gang's pods never start without their PodGroup
         if creates:
             # Pods of one job are created concurrently: a 512-node job must not wait for 512
             # round trips one after another.
@@ -584,6 +591,31 @@ class Controller:
             return True
         if plan.requeue_after is not None:
             self.queue.add(key, after=max(plan.requeue_after, 0.05))
+        return True
+
+    def _gang_ready(self, job: Obj, status: Obj) -> bool:
+        """The attempt's gang objects exist (kube/gangobjects.py, after the status naming
+        them is written); a refusal is shown on the job like a refused pod, and retried."""
+        uid = job["metadata"]["uid"]
+        refused = self._refused.get(uid, {})
+        if refused.get(GANG_KEY, ("", 0.0, 0))[1] > time.monotonic():
+            return False
+        try:
+            self._gang.sync(job, status)
+        except GangRefused as e:
+            _, _, tries = refused.get(GANG_KEY, ("", 0.0, 0))
+            delay = min(2.0 ** (tries + 1), REFUSED_RETRY_MAX_SECONDS)
+            self._refused.setdefault(uid, {})[GANG_KEY] = (
+                str(e),
+                time.monotonic() + delay,
+                tries + 1,
+            )
+            log.warning("%s; retrying in %.0fs", e, delay)
+            meta = job["metadata"]
+            self.queue.add((meta["namespace"], meta["name"]), after=delay)
+            return False
+        if refused.pop(GANG_KEY, None) is not None:
+            self.queue.add((job["metadata"]["namespace"], job["metadata"]["name"]))
         return True
 
     def _create_pod(self, job: Obj, pod: Obj) -> Obj | ApiException | None:

@@ -164,7 +164,7 @@ not edit. After changing the API or the cases, regenerate against the real apise
 {UPDATE_ENV}=1 LOCALKUBE_BIN=... python -m pytest tests/integration/test_admission.py -->
 
 What `kubectl apply` of each bad DistributedTrainingJob gets from the apiserver (Kubernetes
-1.34): each row is a good job with the changes shown. 422 is Invalid (the schema or a CEL rule
+1.37): each row is a good job with the changes shown. 422 is Invalid (the schema or a CEL rule
 of the CRD), 400 a strict-decoding error (an unknown field). Invalid messages begin with
 `DistributedTrainingJob.torchrun.dev "<name>" is invalid:`, left out here.
 

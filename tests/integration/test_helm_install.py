@@ -179,6 +179,12 @@ NAMESPACED_NEEDS = [
     ("patch", "distributedtrainingjobs/status", "torchrun.dev"),
     ("update", "distributedtrainingjobs/finalizers", "torchrun.dev"),
     ("create", "events", ""),
+    # Each attempt's Workload and PodGroup (gangScheduling.native, on by default).
+    *[
+        (v, r, "scheduling.k8s.io")
+        for r in ("workloads", "podgroups")
+        for v in ("get", "list", "create", "delete")
+    ],
 ]
 # Namespaced calls it never makes: each was granted once, or is a near miss.
 NAMESPACED_DENIALS = [
@@ -198,6 +204,10 @@ NAMESPACED_DENIALS = [
     ("delete", "networkpolicies", "networking.k8s.io"),
     ("create", "distributedtrainingjobs", "torchrun.dev"),
     ("patch", "distributedtrainingjobs", "torchrun.dev"),
+    # Gang schedulers whose RBAC is off by default, and what no gang needs.
+    ("create", "podgroups", "scheduling.x-k8s.io"),
+    ("create", "podgroups", "scheduling.volcano.sh"),
+    ("patch", "podgroups", "scheduling.k8s.io"),
 ]
 
 

@@ -99,6 +99,13 @@ NAMESPACED_NEEDS = [
     # Only for OwnerReferencesPermissionEnforcement (blockOwnerDeletion on children).
     ("torchrun.dev", "distributedtrainingjobs/finalizers", "update"),
     ("", "events", "create"),  # ours and kopf's, core/v1, never patched
+    # kube/gangobjects.py: each attempt's Workload and PodGroup (gangScheduling.native, on by
+    # default); get after a 409, list by label and delete an earlier attempt's.
+    *[
+        ("scheduling.k8s.io", r, v)
+        for r in ("workloads", "podgroups")
+        for v in ("get", "list", "create", "delete")
+    ],
 ]
 # kopf's runtime discovery, cluster-scoped whatever the namespaces served.
 CLUSTER_READS = [
@@ -447,3 +454,21 @@ def test_kueue_rbac_and_flag_only_when_enabled() -> None:
     from torchrun_operator.main import parse
 
     assert parse(deployment_container(objs)["args"]).kueue is True
+
+
+@pytest.mark.parametrize(
+    ("value", "group"),
+    [("coscheduling", "scheduling.x-k8s.io"), ("volcano", "scheduling.volcano.sh")],
+)
+def test_podgroup_rbac_of_a_gang_scheduler_only_when_enabled(value: str, group: str) -> None:
+    def podgroup_verbs(*sets: str) -> set[str]:
+        rules = one(render(*sets), "ClusterRole")["rules"]
+        return {v for g, r, v, _ in grants(rules) if g == group and r == "podgroups"}
+
+    assert podgroup_verbs() == set()
+    assert podgroup_verbs(f"gangScheduling.{value}=true") == {"get", "list", "create", "delete"}
+
+
+def test_native_gang_rbac_can_be_turned_off() -> None:
+    rules = one(render("gangScheduling.native=false"), "ClusterRole")["rules"]
+    assert not [g for g in grants(rules) if g[0] == "scheduling.k8s.io"]

@@ -96,6 +96,28 @@ child once, reads one back by name only to check who owns it, and deletes only p
   resources: [workloads/status]
   verbs: [patch]
 {{- end }}
+{{- include "torchrun-operator.gangRules" . }}
+{{- end }}
+
+{{/* The gang objects of each attempt (kube/gangobjects.py, spec.scheduling.gang): created;
+get: after a create's 409, whether the object holding the name is the job's; list (by label)
+and delete: an earlier attempt's, by uid. Each gang scheduler's only when enabled. */}}
+{{- define "torchrun-operator.gangRules" -}}
+{{- if .Values.gangScheduling.native }}
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads, podgroups]
+  verbs: [get, list, create, delete]
+{{- end }}
+{{- if .Values.gangScheduling.coscheduling }}
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get, list, create, delete]
+{{- end }}
+{{- if .Values.gangScheduling.volcano }}
+- apiGroups: [scheduling.volcano.sh]
+  resources: [podgroups]
+  verbs: [get, list, create, delete]
+{{- end }}
 {{- end }}
 
 {{/* kopf's own cluster-scoped reads: it discovers CRDs and namespaces at runtime. */}}

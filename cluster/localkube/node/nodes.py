@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from . import kapi
 
 log = logging.getLogger(__name__)
-KUBELET_VERSION = "v1.34.4"
+KUBELET_VERSION = "v1.37.2"  # what cluster/build.sh builds by default
 LEASE_SECONDS = 40
 RENEW_SECONDS = 10.0
 

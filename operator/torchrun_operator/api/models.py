@@ -472,6 +472,9 @@ class NetworkPolicy(_Wire):
     unless the chart turns it off)."""
 
 
+# spec.scheduling lives in its own module, which builds on the base classes above.
+from .scheduling import Scheduling, SchedulingStatus  # noqa: E402
+
 ProcsPerNode = Annotated[int, Field(ge=1, le=MAX_PROCS_PER_NODE)] | Literal["gpu"]
 
 _TRAINER = "self.template.spec.containers[0]"
@@ -540,6 +543,7 @@ _TRANSITIONS = (
     _frozen_unless_suspended("nprocPerNode", _unchanged("nprocPerNode")),
     _frozen_unless_suspended("template", "self.template == oldSelf.template"),
     _frozen_unless_suspended("rendezvous", "self.rendezvous == oldSelf.rendezvous"),
+    _frozen_unless_suspended("scheduling", "self.scheduling == oldSelf.scheduling"),
 )
 
 
@@ -571,6 +575,9 @@ class JobSpec(_Wire):
     """The job's NetworkPolicy."""
     monitoring: Monitoring = Monitoring()
     """Conditions derived from live training progress (Straggler)."""
+    scheduling: Scheduling = Scheduling()
+    """Gang scheduling (all pods of an attempt or none) and topology placement
+    (docs/scheduling.md)."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -624,8 +631,8 @@ class Condition(_Wire):
     """A condition with Kubernetes semantics: lastTransitionTime moves only when status flips."""
 
     type: str
-    """Created, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler, Admitted
-    (jobs queued through Kueue), Succeeded or Failed."""
+    """Created, Scheduled, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler,
+    Admitted (jobs queued through Kueue), Succeeded or Failed."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str | None = None
@@ -790,7 +797,8 @@ class JobStatus(_Wire):
 
     phase: Phase | None = None
     """Pending, Queued (waiting for Kueue to admit it; the Admitted condition says why),
-    Starting, Running, Restarting, Succeeded, Failed or Suspended."""
+    Starting, Waiting (pods the scheduler cannot place yet: the Scheduled condition says why),
+    Running, Restarting, Succeeded, Failed or Suspended."""
     conditions: list[Condition] | None = None
     """The job's conditions."""
     observed_generation: int | None = None
@@ -817,3 +825,5 @@ class JobStatus(_Wire):
     """When the job succeeded or failed (RFC 3339)."""
     last_restart_time: str | None = None
     """When the latest gang restart was decided (RFC 3339); back-off counts from it."""
+    scheduling: SchedulingStatus | None = None
+    """The current attempt's gang objects (spec.scheduling.gang); absent without a gang."""

@@ -27,6 +27,7 @@ class Phase(StrEnum):
     PENDING = "Pending"
     QUEUED = "Queued"  # waiting for Kueue to admit its Workload
     STARTING = "Starting"
+    WAITING = "Waiting"  # pods the scheduler cannot place yet (Scheduled condition)
     RUNNING = "Running"
     RESTARTING = "Restarting"
     SUCCEEDED = "Succeeded"
@@ -43,6 +44,7 @@ class ConditionType(StrEnum):
 
     ADMITTED = "Admitted"  # Kueue admitted the job's Workload (only with --kueue)
     CREATED = "Created"
+    SCHEDULED = "Scheduled"  # False while the scheduler cannot place pods of the attempt
     RENDEZVOUS_DONE = "RendezvousDone"
     RUNNING = "Running"
     RESTARTING = "Restarting"
@@ -74,6 +76,7 @@ class Reason(StrEnum):
     PODS_CREATED = "PodsCreated"
     WAITING = "Waiting"
     STARTED = "Started"
+    ALL_PODS_SCHEDULED = "AllPodsScheduled"
     ALL_PODS_RUNNING = "AllPodsRunning"
     ALL_PODS_READY = "AllPodsReady"
     RENDEZVOUS_DONE = "RendezvousDone"  # the event when it completes

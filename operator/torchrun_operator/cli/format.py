@@ -231,6 +231,9 @@ def format_job_status(job: Obj, now: datetime) -> str:
         summary.append(("Completed", status["completionTime"]))
         if start is not None:
             summary.append(("Duration", _duration(end - start)))
+    gang = status.get("scheduling")
+    if isinstance(gang, Mapping) and gang.get("gang"):
+        summary.append(("Gang", f"{gang['gang']}, PodGroup {gang.get('podGroup')}"))
     progress = status.get("progress")
     line = _progress_line(progress, now) if isinstance(progress, Mapping) else None
     if line:

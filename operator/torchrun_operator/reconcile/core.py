@@ -33,7 +33,7 @@ from ..api.status_names import (
 from ..api.timefmt import fmt, seconds
 from ..render import render_pod, world_size
 from . import conditions as cond
-from . import failure
+from . import failure, gang
 from . import progress as prog
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
@@ -129,6 +129,7 @@ def reconcile(
                     del ctx.transitions[decided:]
             else:
                 _observe(ctx)
+        gang.record(ctx.status, spec, ctx.name)
         _report_blocked(ctx)
     return ctx.plan()
 
@@ -330,7 +331,8 @@ def _observe(ctx: Ctx) -> None:
         i in seen.current and seen.current[i].phase in (PodPhase.RUNNING, PodPhase.SUCCEEDED)
         for i in range(desired)
     )
-    ctx.set_phase(Phase.RUNNING if all_up else Phase.STARTING)
+    waiting = _scheduling(ctx, seen)
+    ctx.set_phase(Phase.RUNNING if all_up else Phase.WAITING if waiting else Phase.STARTING)
     _stragglers(ctx, seen)
     running = f"{desired} pods running"
     if all_up and ctx.set_cond(ConditionType.RUNNING, True, Reason.ALL_PODS_RUNNING, running):
@@ -386,6 +388,21 @@ def _succeeded(ctx: Ctx, seen: Seen) -> bool:
         finish(ctx, Phase.SUCCEEDED, Reason.ALL_RANKS_SUCCEEDED, message)
         return True
     return False
+
+
+def _scheduling(ctx: Ctx, seen: Seen) -> bool:
+    """The Scheduled condition, False while the scheduler says it cannot place pods (a gang
+    that does not fit, a topology domain, resources); it appears only once a pod had to wait.
+    True while the job waits so (its phase is then Waiting)."""
+    desired = ctx.spec.nodes
+    why = gang.waiting(seen.current, desired, ctx.spec, ctx.status)
+    if why is not None:
+        if ctx.set_cond(ConditionType.SCHEDULED, False, *why):
+            ctx.event("Normal", Reason.WAITING, why[1])
+    elif cond.get(ctx.conds, ConditionType.SCHEDULED) and gang.scheduled(seen.current, desired):
+        message = f"all {desired} pods scheduled"
+        ctx.set_cond(ConditionType.SCHEDULED, True, Reason.ALL_PODS_SCHEDULED, message)
+    return why is not None
 
 
 # ---- progress -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ..api.models import (
     TERMINATION_MESSAGE_PATH,
     JobSpec,
 )
+from . import gang, placement
 from .common import child_metadata
 from .configmap import LAUNCHER_KEY, packaged_launcher_digest
 from .sizing import job_spec, nproc_per_node
@@ -224,4 +225,7 @@ def render_pod(
     # mounts the token of the pod's ServiceAccount ("default" unless set) into every pod. A
     # template that sets the field, either way, keeps its choice (docs/security.md).
     pod_spec.setdefault("automountServiceAccountToken", False)
+    # spec.scheduling: the attempt's gang and the placement's affinity terms.
+    gang.apply_to_pod(job, spec, metadata, pod_spec)
+    placement.apply_to_pod(job, spec, metadata, pod_spec)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

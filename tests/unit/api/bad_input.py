@@ -114,6 +114,35 @@ CASES: list[Case] = [
         "status port",
         why="29401 is the launcher's status endpoint in every pod",
     ),
+    # ---- spec.scheduling (docs/scheduling.md)
+    Case("unknown-gang", {"spec.scheduling": {"gang": "Kueue"}}, "gang"),
+    Case(
+        "scheduler-name-without-gang",
+        {"spec.scheduling": {"schedulerName": "volcano"}},
+        "schedulerName needs a gang",
+        why="without a gang the template's schedulerName is the place",
+    ),
+    Case(
+        "queue-without-volcano",
+        {"spec.scheduling": {"gang": "Native", "queue": "research"}},
+        "queue is Volcano's",
+    ),
+    Case(
+        "timeout-without-coscheduling",
+        {"spec.scheduling": {"gang": "Volcano", "scheduleTimeoutSeconds": 60}},
+        "scheduleTimeoutSeconds is coscheduling's",
+    ),
+    Case(
+        "exclusive-without-topology-key",
+        {"spec.scheduling": {"placement": {"exclusive": True}}},
+        "exclusive needs placement.topologyKey",
+        why="exclusive is of a topology domain",
+    ),
+    Case(
+        "bad-topology-key",
+        {"spec.scheduling": {"placement": {"topologyKey": "rack name"}}},
+        "topologyKey",
+    ),
     Case(
         "straggler-factor-too-small",
         {"spec.monitoring.straggler": {"factor": 1.0}},
@@ -343,5 +372,12 @@ CASES: list[Case] = [
         {},
         "rendezvous cannot change",
         update={"spec.rendezvous.port": 29500},
+    ),
+    Case(
+        "scheduling-changed",
+        {},
+        "scheduling cannot change",
+        update={"spec.scheduling.gang": "Native"},
+        why="the running attempt's pods and gang were made for the old choice",
     ),
 ]

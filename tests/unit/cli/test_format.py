@@ -485,3 +485,26 @@ def test_logs_of_a_deleted_pod_say_so() -> None:
     args = build_parser().parse_args(["logs", "llama", "--rank", "9"])
     with pytest.raises(fmt.FormatError, match="pod llama-0 .* is gone"):
         run(args, kube, NOW)  # type: ignore[arg-type]
+
+
+def test_status_says_why_a_gang_waits() -> None:
+    message = "4 of 4 pods not scheduled; Native gang scheduling places 4 pods together or none"
+    job = {
+        "metadata": {"name": "b", "namespace": "d"},
+        "status": {
+            "phase": "Waiting",
+            "scheduling": {"gang": "Native", "attempt": 0, "podGroup": "b-a0"},
+            "conditions": [
+                {
+                    "type": "Scheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ],
+        },
+    }
+    text = fmt.format_job_status(job, NOW)
+    assert "Phase:      Waiting" in text
+    assert "Gang:       Native, PodGroup b-a0" in text
+    assert f"Scheduled=False (Unschedulable): {message}" in text

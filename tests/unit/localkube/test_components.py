@@ -136,3 +136,36 @@ def test_default_nodes_are_named_by_index(count: int) -> None:
     nodes = components.default_nodes(count, cpu="4", memory="8Gi", gpus=1)
     assert [n.name for n in nodes] == [f"node-{i}" for i in range(count)]
     assert all((n.cpu, n.memory, n.gpus) == ("4", "8Gi", 1) for n in nodes)
+
+
+def test_workload_api_and_gang_scheduling_are_on_from_kubernetes_1_37() -> None:
+    api = _flags(components.apiserver_args(BIN, LAYOUT, PORTS, "10.244.0.1", minor=37))
+    assert api["feature-gates"] == "GenericWorkload=true"
+    assert api["runtime-config"] == "scheduling.k8s.io/v1beta1=true"
+    for argv in (
+        components.scheduler_args(BIN, LAYOUT, PORTS, minor=37),
+        components.controller_manager_args(BIN, LAYOUT, PORTS, minor=38),
+    ):
+        assert _flags(argv)["feature-gates"] == "GenericWorkload=true"
+
+
+@pytest.mark.parametrize("minor", [None, 34, 36])
+def test_no_workload_gate_before_1_37_where_the_gate_or_api_version_differs(
+    minor: int | None,
+) -> None:
+    for argv in (
+        components.apiserver_args(BIN, LAYOUT, PORTS, "10.244.0.1", minor=minor),
+        components.scheduler_args(BIN, LAYOUT, PORTS, minor=minor),
+        components.controller_manager_args(BIN, LAYOUT, PORTS, minor=minor),
+    ):
+        flags = _flags(argv)
+        assert "feature-gates" not in flags
+        assert "runtime-config" not in flags
+
+
+@pytest.mark.parametrize(
+    ("text", "minor"),
+    [("Kubernetes v1.37.2\n", 37), ("Kubernetes v1.34.4", 34), ("garbage", None)],
+)
+def test_parse_minor(text: str, minor: int | None) -> None:
+    assert components.parse_minor(text) == minor

@@ -48,7 +48,7 @@ def test_rendezvous_timeout_names_the_unschedulable_node_rank() -> None:
     job, pods = start(make_job(nodes=3, rendezvous={"joinTimeoutSeconds": 20}))
     pods = [running(pods[0], False), running(pods[1], False), unschedulable(pods[2])]
     plan, job, pods = step(job, pods, 2)
-    assert plan.status["phase"] == "Starting"
+    assert plan.status["phase"] == "Waiting"  # the scheduler said the pod does not fit
     pods = [
         set_terminated(pods[0], 1, RDZV_TIMEOUT, t=22),
         set_terminated(pods[1], 1, RDZV_TIMEOUT, t=22),

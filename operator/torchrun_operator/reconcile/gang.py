@@ -1,0 +1,62 @@
+"""Gang scheduling in the status: which gang objects the current attempt owns (recorded before
+the shell creates them and deletes older attempts'), and why pods wait to be scheduled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..api.models import JobSpec
+from ..render.gang import gang_name, min_member
+from .observe import PodView, truncate
+
+# Why a pod is not bound yet, as the scheduler says in its PodScheduled condition.
+SCHEDULER_REASONS = ("Unschedulable", "SchedulingGated", "SchedulerError")
+
+
+def record(status: dict[str, Any], spec: JobSpec, job_name: str) -> None:
+    """status.scheduling names the current attempt's gang objects (none without a gang). The
+    shell creates exactly these, and deletes the job's gang objects of other attempts only
+    once a status naming them is written."""
+    gang = spec.scheduling.gang
+    if gang == "None":
+        status.pop("scheduling", None)
+        return
+    attempt = int(status.get("attempt") or 0)
+    status["scheduling"] = {
+        "gang": gang,
+        "attempt": attempt,
+        "podGroup": gang_name(job_name, attempt),
+    }
+
+
+def waiting(
+    pods: Mapping[int, PodView], desired: int, spec: JobSpec, status: Mapping[str, Any]
+) -> tuple[str, str] | None:
+    """(reason, message) while pods of the attempt wait for the scheduler and it said why
+    (their PodScheduled condition), else None. Under a gang the message names the group and
+    how many pods it places together."""
+    unbound = [
+        (i, p)
+        for i, p in sorted(pods.items())
+        if p.node is None and p.phase == "Pending" and not p.terminating
+    ]
+    told = [(i, p) for i, p in unbound if p.reason in SCHEDULER_REASONS]
+    if not told:
+        return None
+    first_index, first = told[0]
+    reason = first.reason or "Unschedulable"
+    detail = f"pod {first.name} (index {first_index}): {first.message or reason}"
+    head = f"{len(unbound)} of {desired} pods not scheduled"
+    gang = spec.scheduling.gang
+    if gang != "None":
+        group = (status.get("scheduling") or {}).get("podGroup")
+        head += f"; {gang} gang scheduling places {min_member(spec)} pods together or none" + (
+            f" (PodGroup {group})" if group else ""
+        )
+    return reason, truncate(f"{head}; {detail}") or ""
+
+
+def scheduled(pods: Mapping[int, PodView], desired: int) -> bool:
+    """Every pod of the attempt is bound to a node."""
+    return len(pods) == desired and all(p.node for p in pods.values())

@@ -1,0 +1,341 @@
+"""spec.scheduling on a real control plane (docs/scheduling.md): kube-scheduler's own gang
+scheduling against the partial placement that deadlocks two jobs without it, the PodGroups
+of coscheduling and Volcano (their CRDs written from the documented APIs; their schedulers
+are not here), and topology placement on labelled nodes.
+
+The module runs its own localkube cluster, sized for the scenario: four nodes with one GPU
+each (room for exactly one 4-pod job of 1-GPU pods), two per rack (label example.com/rack).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, quick_job, wait_for
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from localkube.components import NodeSpec
+from localkube.controlplane import Cluster
+from localkube.testing import create_namespace, namespace_name, pick_base
+from operator_fixtures import install_crd
+
+pytestmark = pytest.mark.localkube
+
+RACK = "example.com/rack"
+NODES = [
+    NodeSpec(f"gpu-{i}", cpu="4", memory="16Gi", gpus=1, labels={RACK: f"r{i // 2}"})
+    for i in range(4)
+]
+GATE = "test.torchrun.dev/hold"
+CRDS = Path(__file__).parent / "gangcrds"
+GROUPS = {
+    "Native": ("scheduling.k8s.io", "v1beta1"),
+    "Coscheduling": ("scheduling.x-k8s.io", "v1alpha1"),
+    "Volcano": ("scheduling.volcano.sh", "v1beta1"),
+}
+
+
+@pytest.fixture(scope="module")
+def gang_cluster() -> Iterator[Cluster]:
+    tmp = Path(tempfile.mkdtemp(prefix="localkube-gang-"))
+    c = Cluster(tmp, name=f"g{os.getpid()}"[:12], base=pick_base(), nodes=NODES)
+    c.die_with_parent = True
+    c.up(timeout=180)
+    try:
+        yield c
+    finally:
+        c.down()
+        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def gapi(gang_cluster: Cluster) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(gang_cluster.kubeconfig))
+    install_crd(api)
+    ext = client.ApiextensionsV1Api(api)
+    for path in sorted(CRDS.glob("*.yaml")):
+        ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+    for path in sorted(CRDS.glob("*.yaml")):
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+
+        def established(name: str = name) -> bool:
+            crd: Any = ext.read_custom_resource_definition(name)
+            return any(
+                c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+            )
+
+        wait_for(
+            f"CRD {name} established",
+            established,
+            timeout=30,
+        )
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="module")
+def gang_operator(
+    gapi: client.ApiClient, gang_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(Path(gang_cluster.kubeconfig), tmp_path_factory.mktemp("gang-op"))
+    op.start()
+    yield op
+    op.kill()
+    errors = [line for line in op.log().splitlines() if "Traceback" in line]
+    assert not errors, f"the operator logged tracebacks:\n{op.log()[-4000:]}"
+
+
+@pytest.fixture
+def ns(gapi: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    name = namespace_name(request.node.name)
+    create_namespace(gapi, name)
+    yield name
+    try:
+        client.CoreV1Api(gapi).delete_namespace(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def trainer(job: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = job["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def sleeper(name: str, nodes: int, seconds: int, **spec: Any) -> dict[str, Any]:
+    job = quick_job(name, nodes=nodes, rendezvous={"joinTimeoutSeconds": 900}, **spec)
+    trainer(job)["command"] = ["python", "-c", f"import time; time.sleep({seconds})"]
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    return job
+
+
+def bound(api: client.ApiClient, ns: str, name: str) -> list[Any]:
+    return [p for p in job_pods(api, ns, name) if p.spec.node_name]
+
+
+def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    conds = (job.get("status") or {}).get("conditions") or []
+    return next((c for c in conds if c["type"] == type_), None)
+
+
+def dtj_status(cluster: Cluster, ns: str, name: str) -> str:
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+    out = subprocess.run(
+        [sys.executable, "-m", "torchrun_operator.cli.main", "status", name, "-n", ns],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def told_or_bound(core: client.CoreV1Api, ns: str, name: str) -> bool:
+    pod: Any = core.read_namespaced_pod(name, ns)
+    if pod.spec.node_name:
+        return True
+    conds = pod.status.conditions or []
+    return any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in conds)
+
+
+@pytest.mark.parametrize("gang", ["Native", "None"])
+def test_two_four_node_jobs_with_room_for_one(
+    gang: str, gang_cluster: Cluster, gapi: client.ApiClient, gang_operator: Any, ns: str
+) -> None:
+    """Both jobs are submitted together, their pods held by a scheduling gate that the test
+    lifts in the order that hurts most: a0, b0, a1, b1, ... With Native gang scheduling one
+    job gets all four GPUs and the other none until the first ends; without it each job gets
+    two pods and both wait forever for the rest (the deadlock)."""
+    core = client.CoreV1Api(gapi)
+    jobs = {}
+    for name in ("a", "b"):
+        job = sleeper(name, 4, 20, scheduling={"gang": gang})
+        trainer(job)["resources"] = {
+            "limits": {"nvidia.com/gpu": 1},
+            "requests": {"cpu": "100m", "memory": "256Mi"},
+        }
+        job["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+        jobs[name] = create_job(gapi, ns, job)
+    wait_for("8 pods", lambda: len(job_pods(gapi, ns, "a") + job_pods(gapi, ns, "b")) == 8, 120)
+    if gang == "Native":
+        custom = client.CustomObjectsApi(gapi)
+        for name in ("a", "b"):
+            group: Any = custom.get_namespaced_custom_object(
+                "scheduling.k8s.io", "v1beta1", ns, "podgroups", f"{name}-a0"
+            )
+            assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+            assert group["metadata"]["ownerReferences"][0]["uid"] == jobs[name]["metadata"]["uid"]
+            custom.get_namespaced_custom_object(
+                "scheduling.k8s.io", "v1beta1", ns, "workloads", f"{name}-a0"
+            )
+    for i in range(4):
+        for name in ("a", "b"):
+            pod = f"{name}-{i}"
+            core.patch_namespaced_pod(pod, ns, [{"op": "remove", "path": "/spec/schedulingGates"}])
+            try:
+                wait_for(
+                    f"{pod} bound or unschedulable",
+                    functools.partial(told_or_bound, core, ns, pod),
+                    8,
+                )
+            except AssertionError:
+                assert gang == "Native", f"{pod}: the default scheduler always answers"
+
+    def counts() -> list[int]:
+        return [len(bound(gapi, ns, "a")), len(bound(gapi, ns, "b"))]
+
+    if gang == "None":
+        wait_for("four pods bound", lambda: sum(counts()) == 4, 60)
+        time.sleep(10)  # nothing moves: each job waits for pods that cannot be placed
+        assert counts() == [2, 2], "partial placement: two pods of each job hold the GPUs"
+        for name in ("a", "b"):
+            job = get_job(gapi, ns, name)
+            assert job["status"]["phase"] == "Waiting", job["status"]
+            cond = condition(job, "Scheduled")
+            assert cond is not None and cond["status"] == "False", job["status"]
+            assert "2 of 4 pods not scheduled" in cond["message"]
+            assert "nvidia.com/gpu" in cond["message"]
+        return
+
+    first = wait_for("one whole gang bound", lambda: 4 in counts() and counts(), 120)
+    assert sorted(first) == [0, 4], first
+    winner, loser = ("a", "b") if first[0] == 4 else ("b", "a")
+    # The loser waits, says why, and has no pod bound until the winner has finished.
+    status = wait_for(
+        f"{loser} Waiting",
+        lambda: (s := get_job(gapi, ns, loser)["status"]).get("phase") == "Waiting" and s,
+        60,
+    )
+    cond = condition({"status": status}, "Scheduled")
+    assert cond is not None and cond["status"] == "False", status
+    assert cond["reason"] == "Unschedulable"
+    assert "Native gang scheduling places 4 pods together or none" in cond["message"]
+    assert f"(PodGroup {loser}-a0)" in cond["message"]
+    text = dtj_status(gang_cluster, ns, loser)
+    assert "Waiting" in text and f"Gang:       Native, PodGroup {loser}-a0" in text
+    assert "Scheduled=False (Unschedulable)" in text
+    while get_job(gapi, ns, winner)["status"].get("phase") != "Succeeded":
+        assert not bound(gapi, ns, loser), "a pod of the waiting gang was bound"
+        time.sleep(0.5)
+    wait_for(
+        f"{loser} Succeeded",
+        lambda: get_job(gapi, ns, loser)["status"]["phase"] == "Succeeded",
+        240,
+    )
+    done = get_job(gapi, ns, loser)
+    cond = condition(done, "Scheduled")
+    assert cond is not None and cond["status"] == "True", done["status"]
+
+
+@pytest.mark.parametrize("gang", ["Coscheduling", "Volcano", "Native"])
+def test_podgroup_per_attempt_created_replaced_and_collected(
+    gang: str, gapi: client.ApiClient, gang_operator: Any, ns: str
+) -> None:
+    """The apiserver accepts each gang's objects; a new attempt (here a resume) gets a new
+    PodGroup and the old one is deleted; deleting the job collects the last one."""
+    group, version = GROUPS[gang]
+    custom = client.CustomObjectsApi(gapi)
+    job = create_job(gapi, ns, sleeper("pg", 2, 600, scheduling={"gang": gang}))
+    uid = job["metadata"]["uid"]
+
+    def podgroups() -> dict[str, dict[str, Any]]:
+        listed: Any = custom.list_namespaced_custom_object(group, version, ns, "podgroups")
+        items = listed["items"]
+        return {
+            i["metadata"]["name"]: i for i in items if not i["metadata"].get("deletionTimestamp")
+        }
+
+    pg = wait_for("PodGroup pg-a0", lambda: podgroups().get("pg-a0"), 60)
+    ref = pg["metadata"]["ownerReferences"][0]
+    assert ref["uid"] == uid and ref["controller"] is True
+    wait_for("2 pods", lambda: len(job_pods(gapi, ns, "pg")) == 2, 60)
+    for pod in job_pods(gapi, ns, "pg"):
+        if gang == "Coscheduling":
+            assert pg["spec"] == {"minMember": 2}
+            assert pod.metadata.labels["scheduling.x-k8s.io/pod-group"] == "pg-a0"
+            assert pod.spec.scheduler_name == "scheduler-plugins-scheduler"
+        elif gang == "Volcano":
+            assert pg["spec"] == {"minMember": 2}
+            assert pod.metadata.annotations["scheduling.k8s.io/group-name"] == "pg-a0"
+            assert pod.spec.scheduler_name == "volcano"
+        else:
+            assert pg["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+            assert pod.spec.scheduling_group.pod_group_name == "pg-a0"
+    patch = {"spec": {"runPolicy": {"suspend": True}}}
+    custom.patch_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs", "pg", patch
+    )
+    wait_for("Suspended", lambda: get_job(gapi, ns, "pg")["status"]["phase"] == "Suspended", 60)
+    patch = {"spec": {"runPolicy": {"suspend": False}}}
+    custom.patch_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs", "pg", patch
+    )
+    wait_for("PodGroup pg-a1 alone", lambda: set(podgroups()) == {"pg-a1"}, 90)
+    status = get_job(gapi, ns, "pg")["status"]
+    assert status["scheduling"] == {"gang": gang, "attempt": 1, "podGroup": "pg-a1"}
+    if gang == "Native":
+        found: Any = custom.list_namespaced_custom_object(group, version, ns, "workloads")
+        workloads = found["items"]
+        live = {
+            w["metadata"]["name"] for w in workloads if not w["metadata"].get("deletionTimestamp")
+        }
+        assert live == {"pg-a1"}
+    custom.delete_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs", "pg"
+    )
+    wait_for("PodGroups collected with the job", lambda: not podgroups(), 90)
+
+
+def test_placement_one_rack_exclusive_one_pod_per_node(
+    gapi: client.ApiClient, gang_operator: Any, ns: str
+) -> None:
+    """Two exclusive two-pod jobs take a rack each, one pod per node; a third job finds no
+    domain free, waits and says so, and starts once a rack is free."""
+    placement = {"topologyKey": RACK, "exclusive": True, "onePodPerNode": True}
+    racks = {n.name: n.labels[RACK] for n in NODES}
+    for name in ("p", "q"):
+        create_job(gapi, ns, sleeper(name, 2, 600, scheduling={"placement": placement}))
+    where = {}
+    for name in ("p", "q"):
+
+        def both_bound(n: str = name) -> list[Any] | None:
+            b = bound(gapi, ns, n)
+            return b if len(b) == 2 else None
+
+        pods = wait_for(f"{name} bound", both_bound, 120)
+        nodes = {p.spec.node_name for p in pods}
+        assert len(nodes) == 2, f"{name}: one pod per node"
+        assert len({racks[n] for n in nodes}) == 1, f"{name}: one rack"
+        where[name] = racks[next(iter(nodes))]
+    assert where["p"] != where["q"], "exclusive: a rack each"
+    create_job(gapi, ns, sleeper("r", 1, 5))
+    status = wait_for(
+        "r Waiting",
+        lambda: (s := get_job(gapi, ns, "r").get("status") or {}).get("phase") == "Waiting" and s,
+        60,
+    )
+    cond = condition({"status": status}, "Scheduled")
+    assert cond is not None and "anti-affinity" in cond["message"], status
+    # The job goes, and the garbage collector takes its pods: rack where["p"] is free again.
+    client.CustomObjectsApi(gapi).delete_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs", "p"
+    )
+    pods = wait_for("r bound", lambda: bound(gapi, ns, "r"), 120)
+    assert racks[pods[0].spec.node_name] == where["p"], "r runs in the rack p left"
+    wait_for("r Succeeded", lambda: get_job(gapi, ns, "r")["status"]["phase"] == "Succeeded", 180)
+    cond = condition(get_job(gapi, ns, "r"), "Scheduled")
+    assert cond is not None and cond["status"] == "True"
