@@ -50,11 +50,20 @@ def _custom(kube: client.ApiClient) -> client.CustomObjectsApi:
 
 
 def _update(kube: client.ApiClient, namespace: str, name: str, changes: dict[str, Any]) -> None:
-    """A full update (PUT) of the live object, as `kubectl edit` does; list items included."""
-    live = _custom(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    _custom(kube).replace_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, bad.apply(live, changes)
-    )
+    """A full update (PUT) of the live object, as `kubectl edit` does; list items included.
+    A 409 means the status moved under us (an operator left running by an earlier test file
+    reconciles the job): read again and retry, as `kubectl edit` asks its user to."""
+    for _ in range(5):
+        live = _custom(kube).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        try:
+            _custom(kube).replace_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, bad.apply(live, changes)
+            )
+            return
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    raise AssertionError(f"{name}: the update kept conflicting with other writers")
 
 
 def _message(e: ApiException) -> str:
