@@ -88,7 +88,8 @@ def test_operator_image_runs_help_as_its_non_root_user(operator_image: Built) ->
     assert helped.stdout.startswith("usage: torchrun-operator"), helped.stdout
     assert "--leader-election-namespace" in helped.stdout
     ident = sh("docker", "run", *restricted, "--entrypoint", "id", OPERATOR_IMAGE).stdout
-    assert ident.split()[:2] == [f"uid={UID}", f"gid={UID}"], ident
+    # A named user: kopf asks getpass.getuser() for its identity, which needs a passwd entry.
+    assert ident.split()[:2] == [f"uid={UID}(nonroot)", f"gid={UID}(nonroot)"], ident
 
 
 INSIDE = """
