@@ -153,6 +153,8 @@ def job(name: str, program: list[str], memory: str, **spec: Any) -> dict[str, An
             "nodes": 1,
             "nprocPerNode": 1,
             "failurePolicy": {"maxRestarts": 0},
+            # The pods stay for the test to read (the default deletes succeeded ones).
+            "runPolicy": {"cleanPodPolicy": "KeepAll"},
             **spec,
             "template": {
                 "spec": {
@@ -224,6 +226,7 @@ def test_cpu_ddp_example_runs_in_the_runtime_image_as_a_non_root_user(
             pod_spec["nodeSelector"] = ON_REAL_NODES
             (trainer,) = pod_spec["containers"]
             trainer["image"], trainer["imagePullPolicy"] = RUNTIME_IMAGE, "Never"
+            doc["spec"]["runPolicy"]["cleanPodPolicy"] = "KeepAll"
     name = apply(kube, namespace, docs)["metadata"]["name"]
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, 420)
     assert done["status"]["phase"] == "Succeeded", done["status"]
@@ -265,7 +268,9 @@ def test_dev_shm_is_a_tmpfs_of_the_pods_memory_limit_and_the_launcher_is_not_roo
     assert done["status"]["phase"] == "Succeeded", done["status"]
     (pod,) = job_pods(kube, namespace, "shm")
     line = next(
-        ln for ln in pod_log(kube, namespace, pod.metadata.name).splitlines() if "FACTS" in ln
+        ln
+        for ln in pod_log(kube, namespace, pod.metadata.name).splitlines()
+        if ln.startswith("FACTS")
     )
     facts = json.loads(line.split("FACTS", 1)[1])
     # We render /dev/shm as a memory-backed emptyDir without a size: the kubelet sizes the
@@ -292,10 +297,20 @@ def test_a_worker_over_its_memory_limit_is_oomkilled_and_the_job_says_so(
     done = wait_phase(kube, namespace, "oom", {"Succeeded", "Failed"}, 240)
     status = done["status"]
     assert status["phase"] == "Failed", status
-    text = json.dumps(status)
-    assert "OOMKilled" in text or "oom" in json.dumps(status.get("rootCause", {})).lower(), text
     (pod,) = job_pods(kube, namespace, "oom")
     assert pod.spec.node_name == "real-0"
+    # The kernel's OOM killer took the worker (the largest process in the container's
+    # cgroup); the launcher, PID 1, reported it killed by SIGKILL and exited; the runtime
+    # reports the container OOMKilled.
+    terminated = trainer_status(pod).state.terminated
+    assert terminated.reason == "OOMKilled", terminated
+    report = json.loads(terminated.message)
+    assert [f["exitCode"] for f in report["failures"]] == [-9], report
+    # The job says so: the root cause, the rank, and the Failed condition.
+    assert status["failure"]["reason"] == "OOMKilled", status["failure"]
+    assert status["ranks"][0]["reason"] == "OOMKilled", status["ranks"]
+    (failed,) = [c for c in status["conditions"] if c["type"] == "Failed"]
+    assert "OOMKilled" in failed["message"], failed
 
 
 SLOW = """
