@@ -283,11 +283,14 @@ def cleanup(net: PodNetwork) -> list[str]:
     """Removes veths on our bridge, our network namespaces and the bridge. Returns what it
     removed, for the log."""
     removed = []
+    # Looked up first: a namespace found by its address has none once its veth is gone (a
+    # real node's CNI namespaces, named cni-<uuid>).
+    namespaces = our_netns(net)
     if link_exists(net.bridge):
         for veth in bridge_veths(net):
             if _ip("link", "delete", veth, check=False).returncode == 0:
                 removed.append(f"link {veth}")
-    for ns in our_netns(net):
+    for ns in namespaces:
         if _ip("netns", "delete", ns, check=False).returncode == 0:
             removed.append(f"netns {ns}")
     if destroy_bridge(net):
