@@ -329,7 +329,7 @@ def test_a_deleted_pods_launcher_gets_sigterm_and_its_grace_period(
     create_job(kube, namespace, spec)
 
     def running() -> Any:
-        pods = job_pods(kube, namespace, "term")
+        pods = [p for p in job_pods(kube, namespace, "term") if p.status.phase == "Running"]
         if pods and "working" in pod_log(kube, namespace, pods[0].metadata.name):
             return pods[0]
         return None
