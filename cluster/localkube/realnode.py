@@ -148,9 +148,9 @@ state = {json.dumps(str(layout.containerd_state))}
   sandbox_image = {json.dumps(pause)}
   enable_selinux = false
   disable_apparmor = true
-  # The kubelet asks for negative oom_score_adj (the sandbox, Guaranteed pods); a root
-  # without CAP_SYS_RESOURCE in the initial user namespace (these machines' sandboxes) may
-  # not lower it, and runc then fails to start any container. Clamped to containerd's own.
+  # The kubelet asks for negative oom_score_adj (the sandbox, Guaranteed pods); on these
+  # machines even root with every capability may not lower it (EACCES), and runc then fails
+  # to start any container. Clamped to containerd's own (0) instead.
   restrict_oom_score_adj = true
 
 [{cri}.containerd]
