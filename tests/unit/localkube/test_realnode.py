@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from localkube import network, realnode
 from localkube.network import PodNetwork
@@ -32,8 +33,8 @@ def test_each_node_owns_a_containerd_under_the_cluster_dir() -> None:
 
 
 def test_pods_join_the_cluster_bridge_in_the_nodes_slice() -> None:
-    conf = realnode.cni_conflist(NET, LAYOUT)
-    (bridge,) = conf["plugins"]  # type: ignore[misc]
+    conf: Any = realnode.cni_conflist(NET, LAYOUT)
+    (bridge,) = conf["plugins"]
     assert bridge["bridge"] == "lk-rn1" and not bridge["isGateway"] and not bridge["ipMasq"]
     ((rng,),) = bridge["ipam"]["ranges"]
     # Node index 2 owns 10.231.3.0/24, as PodNetwork.pod_cidr(2) says; the /16 is on-link.
