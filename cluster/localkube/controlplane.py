@@ -356,7 +356,8 @@ class Cluster:
         missing = realnode_host.missing_packages()
         if missing:
             raise RuntimeError(
-                f"real nodes need Debian packages: apt-get install {' '.join(missing)}"
+                f"real nodes need Debian packages: apt-get install {' '.join(missing)} "
+                "(hack/realnode-deps.sh)"
             )
         bins = self.bin_dir
         for b in ("kubelet", "pause", "pause.tag"):

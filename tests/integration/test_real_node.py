@@ -69,7 +69,11 @@ def make(target: str, *assignments: str, timeout: float) -> None:
 @pytest.fixture(scope="module")
 def images(docker_engine: None) -> list[str]:
     """The operator and runtime images as `make` builds them (Docker's layer cache makes a
-    rebuild of unchanged sources instant)."""
+    rebuild of unchanged sources instant), and the Debian packages real nodes need."""
+    deps = subprocess.run(
+        [str(REPO / "hack/realnode-deps.sh")], capture_output=True, text=True, check=False
+    )
+    assert deps.returncode == 0, f"hack/realnode-deps.sh failed:\n{deps.stderr[-3000:]}"
     make("image-operator", f"OPERATOR_IMAGE={OPERATOR_IMAGE}", timeout=900)
     make("image-runtime", f"RUNTIME_IMAGE={RUNTIME_IMAGE}", timeout=1800)
     return [OPERATOR_IMAGE, RUNTIME_IMAGE]
