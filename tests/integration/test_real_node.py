@@ -11,9 +11,10 @@ pod's memory limit); the launcher's summary reaches the job through the kubelet'
 termination-message path; and a deleted pod's launcher gets the kubelet's SIGTERM and its
 grace period.
 
-The module has its own cluster (no process node) so that nothing of the session's cluster
-changes; it needs root, dockerd (hack/docker.sh installs and starts one), Debian's containerd,
-runc and containernetworking-plugins, and `cluster/build.sh kubelet`.
+The module has its own cluster (a real node and a process node, whose pods share one pod
+network) so that nothing of the session's cluster changes; it needs root, dockerd
+(hack/docker.sh installs and starts one), Debian's containerd, runc and
+containernetworking-plugins (hack/realnode-deps.sh), and `cluster/build.sh kubelet`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import yaml
 from docker_fixtures import REPO
 from dtj import apply, create_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client, config, watch
+from localkube.components import NodeSpec
 from localkube.controlplane import Cluster, find_bin_dir
 from localkube.realnode import NODE_KIND_LABEL, REAL, RealNodeSpec
 from localkube.testing import create_namespace, pick_base
@@ -86,7 +88,8 @@ def cluster(images: list[str]) -> Iterator[Cluster]:
         tmp,
         name=f"rn{os.getpid()}"[:12],
         base=pick_base(),
-        nodes=[],
+        # A process node beside the real one: both kinds of pods on one pod network.
+        nodes=[NodeSpec("node-0")],
         real_nodes=[RealNodeSpec("real-0")],
         images=images,
         die_with_parent=True,
@@ -362,3 +365,68 @@ def test_a_deleted_pods_launcher_gets_sigterm_and_its_grace_period(
     assert took < 15, took
     summary = json.loads(ended.message)
     assert "SIGTERM" in json.dumps(summary), summary
+
+
+SERVER = """
+import socket
+s = socket.create_server(("0.0.0.0", 7000))
+c, _ = s.accept()
+c.sendall(c.recv(100).replace(b"ping", b"pong"))
+"""
+
+CLIENT = """
+import socket, time
+for _ in range(120):
+    try:
+        c = socket.create_connection(("{ip}", 7000), timeout=2)
+        break
+    except OSError:
+        time.sleep(0.25)
+c.sendall(b"ping")
+print("REPLY", c.recv(100).decode(), flush=True)
+"""
+
+
+def plain_pod(name: str, node: str, script: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": RUNTIME_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c", script],
+                }
+            ],
+        },
+    }
+
+
+def test_a_real_nodes_container_talks_to_a_process_nodes_pod(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    """Both kinds of node put their pods on the cluster's bridge, each in its own /24."""
+    core: Any = client.CoreV1Api(kube)
+    core.create_namespaced_pod(namespace, plain_pod("server", "node-0", SERVER))
+
+    def server_ip() -> str | None:
+        p = core.read_namespaced_pod("server", namespace)
+        return str(p.status.pod_ip) if p.status.phase == "Running" else None
+
+    ip = wait_for("server pod running", server_ip, timeout=60, interval=0.3)
+    core.create_namespaced_pod(namespace, plain_pod("client", "real-0", CLIENT.format(ip=ip)))
+
+    def finished(name: str) -> str | None:
+        phase = core.read_namespaced_pod(name, namespace).status.phase
+        return str(phase) if phase in ("Succeeded", "Failed") else None
+
+    assert wait_for("client done", lambda: finished("client"), timeout=90) == "Succeeded"
+    assert "REPLY pong" in pod_log(kube, namespace, "client")
+    assert wait_for("server done", lambda: finished("server"), timeout=30) == "Succeeded"
+    client_ip = core.read_namespaced_pod("client", namespace).status.pod_ip
+    assert ip.split(".")[:3] != client_ip.split(".")[:3], (ip, client_ip)
