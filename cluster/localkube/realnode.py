@@ -244,7 +244,8 @@ def kubelet_config(
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": cgroup_root(net, spec.name),
         "cgroupsPerQOS": True,
-        # This host: cgroup v1, swap possible, no systemd.
+        # This host: cgroup v1 (which the kubelet refuses by default from some release between
+        # v1.34 and v1.37), swap possible, no systemd.
         "failCgroupV1": False,
         "failSwapOn": False,
         "clusterDNS": [net.host_ip],
