@@ -16,8 +16,9 @@ KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
-WHAT=${*:-core}   # core: control plane + coredns + helm; all: also kwok, training-operator, kueue;
-                  # kueue: core + kueue
+# core: control plane + coredns + helm; kubelet: core + the real node's kubelet and pause;
+# kueue: core + kueue; all: all of those, kwok and training-operator.
+WHAT=${*:-core}
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
 BIN="$CACHE/bin/$key"
@@ -69,6 +70,37 @@ GO
     k8s.io/kubernetes/cmd/kube-scheduler >&2
 }
 
+# The real node's kubelet (localkube --real-nodes): the same wrapper module as the control
+# plane, so the same k8s.io/kubernetes version and staging pins. The build cache shares most of
+# the packages with kube-apiserver's.
+build_kubelet() {
+  have kubelet && return
+  build_k8s
+  local dir="$CACHE/src/k8s-$K8S_VERSION" minor
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  log "kubelet $K8S_VERSION"
+  cd "$dir"
+  grep -q 'cmd/kubelet"' tools.go || sed -i 's#^)$#\t_ "k8s.io/kubernetes/cmd/kubelet"\n)#' tools.go
+  go mod tidy -e >&2 || true
+  local L=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  go build -trimpath -ldflags "-s -w $L" -o "$BIN/" k8s.io/kubernetes/cmd/kubelet >&2
+}
+
+# The pod sandbox's pause process, from the same release's build/pause/linux/pause.c, static
+# (no libc in its image). Its version is the release's pause tag (build/pause/Makefile).
+build_pause() {
+  have pause && return
+  local src tag
+  src=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')/build/pause
+  tag=$(sed -n 's/^TAG ?= //p' "$src/Makefile")
+  log "pause $tag (gcc -static)"
+  ${CC:-gcc} -Os -Wall -Werror -static -DVERSION="v$tag-$K8S_VERSION" -o "$BIN/pause" "$src/linux/pause.c" >&2
+  echo "$tag" > "$BIN/pause.tag"
+}
+
 build_etcd() {
   have etcd && return
   local dir="$CACHE/src/etcd-$ETCD_VERSION"
@@ -89,6 +121,10 @@ build_k8s
 build_etcd
 gobin_install coredns "github.com/coredns/coredns@$COREDNS_VERSION"
 gobin_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+if [ "$WHAT" = kubelet ] || [ "$WHAT" = all ]; then
+  build_kubelet
+  build_pause
+fi
 if [ "$WHAT" = all ]; then
   gobin_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   # Kubeflow's training-operator (the benchmarks' comparison). Its go.mod has no replace

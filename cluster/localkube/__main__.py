@@ -14,6 +14,7 @@ from pathlib import Path
 
 from localkube.components import default_nodes
 from localkube.controlplane import Cluster
+from localkube.realnode import NODE_KIND_LABEL, REAL, default_real_nodes
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,6 +26,19 @@ def _parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="start the cluster (a no-op when it is already healthy)")
     up.add_argument("--nodes", type=int, default=2)
     up.add_argument("--gpus-per-node", type=int, default=0)
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        help="kubelets with containerd beside the process nodes (`--nodes 0` for none of those); "
+        f"labelled {NODE_KIND_LABEL}={REAL}; needs `cluster/build.sh kubelet`",
+    )
+    up.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        help="an image of the local Docker engine to load onto the real nodes (repeatable)",
+    )
     up.add_argument("--cpu", default="8")
     up.add_argument("--memory", default="32Gi")
     up.add_argument("--timeout", type=float, default=180.0)
@@ -38,9 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     nodes = None
+    real_nodes = None
+    images = None
     if args.cmd == "up":
         nodes = default_nodes(args.nodes, args.cpu, args.memory, args.gpus_per_node)
-    cluster = Cluster(args.dir, name=args.name, base=args.base, nodes=nodes)
+        real_nodes = default_real_nodes(args.real_nodes)
+        images = args.image
+    cluster = Cluster(
+        args.dir, name=args.name, base=args.base, nodes=nodes, real_nodes=real_nodes, images=images
+    )
     if args.cmd == "up":
         t0 = time.monotonic()
         cluster.up(timeout=args.timeout)

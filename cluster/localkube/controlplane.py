@@ -10,6 +10,7 @@ Everything one cluster owns lives under its directory:
     DIR/pids.json          {component: pid}; down() stops only these
     DIR/state.json         name, base, ports, bin dir, nodes
     DIR/node/              the process node's state (pods, their logs)
+    DIR/realnodes/<name>/  a real node's containerd, kubelet and CNI files (localkube.realnode)
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from localkube import components, network, pki, procs
+from localkube import components, network, pki, procs, realnode, realnode_host
 from localkube.components import Layout, NodeSpec, Ports
 from localkube.kubeconfig import render_kubeconfig, write_kubeconfig
 from localkube.pki import PkiPaths
+from localkube.realnode import RealNodeLayout, RealNodeSpec
 
 log = logging.getLogger("localkube")
 
@@ -82,10 +84,14 @@ class Cluster:
         base: int = 244,
         nodes: list[NodeSpec] | None = None,
         *,
+        real_nodes: list[RealNodeSpec] | None = None,
+        images: list[str] | None = None,
         die_with_parent: bool = False,
     ) -> None:
         """`die_with_parent`: the components get SIGTERM when the calling thread exits (for
-        test sessions; the CLI leaves them running)."""
+        test sessions; the CLI leaves them running). `real_nodes`: kubelets with containerd
+        beside the process node's nodes (localkube.realnode); `images`: images of the local
+        Docker engine loaded onto each of them."""
         self.dir = Path(dir).resolve()
         self.die_with_parent = die_with_parent
         self.name = name
@@ -94,6 +100,8 @@ class Cluster:
         if nodes is None:
             nodes = components.default_nodes(1) if node_package_available() else []
         self.nodes = nodes
+        self.real_nodes = list(real_nodes or [])
+        self.images = list(images or [])
         self.layout = Layout(self.dir)
         self._bin_dir: Path | None = None
         self._ports: Ports | None = None
@@ -144,6 +152,14 @@ class Cluster:
     @property
     def pki(self) -> PkiPaths:
         return PkiPaths(self.layout.pki)
+
+    def real_node_layout(self, name: str) -> RealNodeLayout:
+        """A real node's files; its pod /24 comes after the process node's."""
+        names = [n.name for n in self.real_nodes]
+        if name not in names:
+            state = self._read_state()
+            names = [str(n["name"]) for n in state.get("real_nodes", [])]
+        return RealNodeLayout(self.dir, name, len(self.nodes) + names.index(name))
 
     # -- state files ------------------------------------------------------------------------
 
@@ -223,6 +239,7 @@ class Cluster:
                     "ports": asdict(self._ports),
                     "bin_dir": str(self._bin_dir),
                     "nodes": [n.to_json() for n in self.nodes],
+                    "real_nodes": [n.to_json() for n in self.real_nodes],
                 },
                 indent=1,
             )
@@ -242,9 +259,17 @@ class Cluster:
         t = self._step("etcd", t)
 
         minor = kubernetes_minor(bins)
+        admin = (self.pki.client_cert(ADMIN_USER), self.pki.client_key(ADMIN_USER))
         api = self._launch(
             "kube-apiserver",
-            components.apiserver_args(bins, layout, ports, self.net.host_ip, minor=minor),
+            components.apiserver_args(
+                bins,
+                layout,
+                ports,
+                self.net.host_ip,
+                realnode.kubelet_client_args(*admin),
+                minor=minor,
+            ),
         )
         ctx = self._admin_ssl()
         procs.wait_until(
@@ -288,6 +313,9 @@ class Cluster:
         )
         t = self._step("controllers+dns", t)
 
+        kubelets = self._start_real_nodes(timeout) if self.real_nodes else []
+        if kubelets:
+            t = self._step("real-nodes-started", t)
         node = None
         if self.nodes:
             env = dict(os.environ)
@@ -330,8 +358,95 @@ class Cluster:
                     timeout,
                 )
                 t = self._step("nodes-ready", t)
+            for spec, kubelet in zip(self.real_nodes, kubelets, strict=True):
+                procs.wait_until(
+                    f"real node {spec.name} Ready",
+                    lambda spec=spec: _nodes_ready(core, {spec.name}),  # type: ignore[misc]
+                    kubelet,
+                    self._log(f"kubelet-{spec.name}"),
+                    timeout,
+                )
+            if kubelets:
+                t = self._step("real-nodes-ready", t)
         finally:
             api_client.close()
+
+    def _start_real_nodes(self, timeout: float) -> list[subprocess.Popen[bytes]]:
+        """containerd, then the pause image and `images`, then the kubelet, for each real node.
+        Returns the kubelets; the caller waits for their nodes to turn Ready."""
+        missing = realnode_host.missing_packages()
+        if missing:
+            raise RuntimeError(
+                f"real nodes need Debian packages: apt-get install {' '.join(missing)} "
+                "(hack/realnode-deps.sh)"
+            )
+        bins = self.bin_dir
+        for b in ("kubelet", "pause", "pause.tag"):
+            if not (bins / b).exists():
+                raise RuntimeError(f"missing {bins / b} (run cluster/build.sh kubelet)")
+        pause_ref = realnode.pause_ref((bins / "pause.tag").read_text().strip())
+        pause_archive = realnode.pause_image_archive((bins / "pause").read_bytes(), pause_ref)
+        network.add_service_dnat(self.net, pki.FIRST_SERVICE_IP, self.ports.apiserver)
+        kubelets = []
+        for spec in self.real_nodes:
+            lay = self.real_node_layout(spec.name)
+            # A crashed run's address leases would only shift the addresses handed out.
+            shutil.rmtree(lay.ipam_dir, ignore_errors=True)
+            for d in (lay.cni_conf_dir, lay.pod_logs, lay.kubelet_root, lay.ipam_dir):
+                d.mkdir(parents=True, exist_ok=True)
+            lay.containerd_config.write_text(realnode.containerd_config(lay, pause_ref))
+            (lay.cni_conf_dir / "10-localkube.conflist").write_text(
+                json.dumps(realnode.cni_conflist(self.net, lay), indent=1)
+            )
+            containerd = self._launch(f"containerd-{spec.name}", realnode.containerd_args(lay))
+            procs.wait_until(
+                f"containerd of {spec.name}",
+                lambda lay=lay: (
+                    subprocess.run(  # type: ignore[misc]
+                        realnode_host.ctr(lay, "version"), capture_output=True, check=False
+                    ).returncode
+                    == 0
+                ),
+                containerd,
+                self._log(f"containerd-{spec.name}"),
+                timeout,
+            )
+            realnode_host.import_archive(lay, pause_archive)
+            for image in self.images:
+                took = realnode_host.import_docker_image(lay, image)
+                log.info("%s: %s imported in %.1fs", spec.name, image, took)
+            realnode_host.create_cgroup_root(realnode.cgroup_root(self.net, spec.name))
+            kport, hport = procs.free_ports(2)
+            lay.kubelet_config.write_text(
+                json.dumps(
+                    realnode.kubelet_config(self.net, lay, spec, self.pki.ca_cert, kport, hport),
+                    indent=1,
+                )
+            )
+            argv = realnode.kubelet_args(
+                bins, lay, spec, self.layout.admin_kubeconfig, self.net.host_ip
+            )
+            kubelets.append(self._launch(f"kubelet-{spec.name}", argv))
+        return kubelets
+
+    def _stop_real_nodes(self, state: dict[str, Any], pids: dict[str, int]) -> None:
+        """Kubelet, then whatever runs in its cgroup root (containers outlive their kubelet and
+        containerd), then containerd and its shims."""
+        marker = str(self.dir)
+        net = network.PodNetwork(
+            str(state.get("name", self.name)), int(state.get("base", 0)) or self.net.base
+        )
+        for entry in state.get("real_nodes", []):
+            name = str(entry["name"])
+            lay = self.real_node_layout(name)
+            pid = pids.get(f"kubelet-{name}")
+            if pid is not None and self._owned(pid, marker):
+                procs.stop(pid, grace=10.0)
+            realnode_host.remove_cgroup_root(realnode.cgroup_root(net, name))
+            pid = pids.get(f"containerd-{name}")
+            if pid is not None and self._owned(pid, marker):
+                procs.stop(pid, grace=10.0)
+            realnode_host.stop_shims(lay)
 
     def _claim_bridge(self) -> None:
         """Refuses to take over a bridge that a live cluster in another directory uses (two
@@ -373,6 +488,10 @@ class Cluster:
         pids = self._read_pids()
         state = self._read_state()
         marker = str(self.dir)
+        if state.get("real_nodes"):
+            if "node" in pids and self._owned(pids["node"], marker):
+                procs.stop(pids["node"], grace=30.0)
+            self._stop_real_nodes(state, pids)
         for component in reversed(ORDER):
             pid = pids.get(component)
             if pid is None or not self._owned(pid, marker):
@@ -414,7 +533,12 @@ class Cluster:
             return False
         if state.get("name") != self.name or state.get("base") != self.net.base:
             return False
-        expected = ORDER if state.get("nodes") else ORDER[:-1]
+        real = [
+            f"{c}-{n['name']}"
+            for n in state.get("real_nodes", [])
+            for c in ("containerd", "kubelet")
+        ]
+        expected = (ORDER if state.get("nodes") else ORDER[:-1]) + real
         if any(c not in pids or not procs.is_ours(pids[c], str(self.dir)) for c in expected):
             return False
         if not network.link_exists(self.net.bridge):
@@ -428,8 +552,7 @@ class Cluster:
         pids = self._read_pids()
         comps = {
             c: {"pid": pids.get(c), "running": bool(pids.get(c)) and procs.pid_alive(pids[c])}
-            for c in ORDER
-            if c in pids
+            for c in pids
         }
         return {
             "name": self.name,
@@ -440,6 +563,7 @@ class Cluster:
             "bridge": state.get("bridge", self.net.bridge),
             "pod_host_ip": self.net.host_ip,
             "nodes": [n["name"] for n in state.get("nodes", [])],
+            "real_nodes": [n["name"] for n in state.get("real_nodes", [])],
             "components": comps,
         }
 

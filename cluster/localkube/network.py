@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import re
+import shlex
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -193,6 +194,45 @@ def remove_forwarding(net: PodNetwork, run: Runner = _run) -> list[str]:
     return removed
 
 
+def service_dnat_rule(net: PodNetwork, service_ip: str, api_port: int) -> list[str]:
+    """The nat PREROUTING rule (without its chain) that stands in for kube-proxy for the one
+    Service real nodes' containers are told about: `kubernetes` (service_ip:443) from our
+    bridge goes to the apiserver on the host address. Delivered locally, never forwarded."""
+    return [
+        *["-i", net.bridge, "-d", f"{service_ip}/32", "-p", "tcp", "--dport", "443"],
+        *["-m", "comment", "--comment", f"localkube {net.bridge}"],
+        *["-j", "DNAT", "--to-destination", f"{net.host_ip}:{api_port}"],
+    ]
+
+
+def add_service_dnat(net: PodNetwork, service_ip: str, api_port: int, run: Runner = _run) -> None:
+    rule = service_dnat_rule(net, service_ip, api_port)
+    out = _iptables(run, "-t", "nat", "-C", "PREROUTING", *rule)
+    if out is None:
+        raise RuntimeError("real nodes need iptables (the kubernetes Service's DNAT rule)")
+    if out.returncode == 0:
+        return
+    out = _iptables(run, "-t", "nat", "-I", "PREROUTING", *rule)
+    if out is None or out.returncode != 0:
+        raise RuntimeError(f"iptables -t nat -I PREROUTING: {out.stderr if out else ''}")
+
+
+def remove_service_dnat(net: PodNetwork, run: Runner = _run) -> list[str]:
+    """Deletes our bridge's nat PREROUTING rules, whatever port they carry (a crashed run's)."""
+    listed = _iptables(run, "-t", "nat", "-S", "PREROUTING")
+    if listed is None or listed.returncode != 0:
+        return []
+    removed = []
+    for line in listed.stdout.splitlines():
+        args = shlex.split(line)
+        if args[:1] != ["-A"] or f"localkube {net.bridge}" not in args:
+            continue
+        out = _iptables(run, "-t", "nat", "-D", *args[1:])
+        if out is not None and out.returncode == 0:
+            removed.append(f"iptables nat PREROUTING {net.bridge}")
+    return removed
+
+
 def bridge_veths(net: PodNetwork) -> list[str]:
     return [
         str(link["ifname"])
@@ -243,16 +283,20 @@ def cleanup(net: PodNetwork) -> list[str]:
     """Removes veths on our bridge, our network namespaces and the bridge. Returns what it
     removed, for the log."""
     removed = []
+    # Looked up first: a namespace found by its address has none once its veth is gone (a
+    # real node's CNI namespaces, named cni-<uuid>).
+    namespaces = our_netns(net)
     if link_exists(net.bridge):
         for veth in bridge_veths(net):
             if _ip("link", "delete", veth, check=False).returncode == 0:
                 removed.append(f"link {veth}")
-    for ns in our_netns(net):
+    for ns in namespaces:
         if _ip("netns", "delete", ns, check=False).returncode == 0:
             removed.append(f"netns {ns}")
     if destroy_bridge(net):
         removed.append(f"link {net.bridge}")
     removed += remove_forwarding(net)
+    removed += remove_service_dnat(net)
     return removed
 
 

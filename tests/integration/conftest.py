@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from docker_fixtures import docker_engine  # noqa: F401  (fixture for the Docker tests)
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube.components import default_nodes
@@ -34,7 +35,7 @@ from localkube.testing import (
 from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the operator's tests)
 
 INTEGRATION_DIR = Path(__file__).parent
-DOCKER_TESTS = "test_images_docker.py"
+DOCKER_TESTS = ("test_images_docker.py", "test_real_node.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The Docker tests start dockerd beside the session's cluster (and stop it afterwards).
     # They run last: with dockerd started under a running process node, workers of a pod
     # with an init container have been seen unable to open the launcher (docs/install.md).
-    docker = [i for i in items if Path(str(i.fspath)).name == DOCKER_TESTS]
+    docker = [i for i in items if Path(str(i.fspath)).name in DOCKER_TESTS]
     items[:] = [i for i in items if i not in docker] + docker
 
 

@@ -26,6 +26,23 @@ KIND_REASONS: dict[str, str] = {
 }
 
 
+OOM_KILLED = "OOMKilled"
+# torchrun's exit code for a worker that died of SIGKILL.
+SIGKILL_EXIT = -9
+
+
+def oom_killed_worker(pod: PodView, failure: dict[str, Any]) -> bool:
+    """A worker the kernel's OOM killer took. The launcher is the container's PID 1 and
+    survives: the killer picks the largest process in the cgroup, a worker, and torchrun
+    reports it killed by SIGKILL; the runtime then reports the whole container OOMKilled (an
+    OOM kill happened in its cgroup). Seen on a real kubelet with containerd."""
+    return (
+        pod.reason == OOM_KILLED
+        and failure.get("kind") == "signal"
+        and failure.get("exitCode") == SIGKILL_EXIT
+    )
+
+
 def truncate(text: str | None, limit: int = MAX_MESSAGE) -> str | None:
     if text is None:
         return None
@@ -299,6 +316,8 @@ def rank_entry(
         failures = report.get("failures")
         if isinstance(failures, list) and failures and isinstance(failures[0], dict):
             entry["reason"] = KIND_REASONS.get(str(failures[0].get("kind")), entry["reason"])
+            if oom_killed_worker(pod, failures[0]):
+                entry["reason"] = OOM_KILLED
             entry["message"] = truncate(str(failures[0].get("error") or "")) or pod.message
         else:
             entry["message"] = pod.message

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .observe import KIND_REASONS, PodView, truncate
+from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate
 
 WINDOW = 5.0
 
@@ -129,14 +129,14 @@ def pod_candidates(
     for f in failures if isinstance(failures, list) else []:
         if not isinstance(f, dict):
             continue
-        kind = _report_kind(f.get("kind"))
+        kind = "oom" if oom_killed_worker(pod, f) else _report_kind(f.get("kind"))
         out.append(
             Candidate(
                 node_index,
                 pod.name,
                 pod.node,
                 kind,
-                _REASONS[kind],
+                OOM_KILLED if kind == "oom" else _REASONS[kind],
                 _float(f.get("at")) or at,
                 rank=_int_or_none(f.get("rank")),
                 exit_code=_int_or_none(f.get("exitCode")),

@@ -1,3 +1,4 @@
+import json
 from typing import Any
 
 import pytest
@@ -181,6 +182,31 @@ def test_retryable_exit_code_restarts() -> None:
     job, pods = start(make_job(nodes=1, failurePolicy={"retryableExitCodes": [42]}))
     plan, _, _ = step(job, [set_terminated(pods[0], 42)], 30)
     assert plan.status["phase"] == "Restarting"
+
+
+def test_a_worker_the_oom_killer_took_is_oomkilled_in_status_and_root_cause() -> None:
+    """On a real kubelet the launcher (PID 1) outlives its worker that the OOM killer took:
+    torchrun reports a SIGKILL, the container exits 1, and the runtime says OOMKilled."""
+    job, pods = start(make_job(nodes=1, failurePolicy={"maxRestarts": 0}))
+    report = {
+        "v": 1,
+        "state": "Failed",
+        "groupRank": 0,
+        "ranks": [0],
+        "failures": [
+            {"rank": 0, "exitCode": -9, "kind": "signal", "error": "Signal 9 (SIGKILL) received"}
+        ],
+    }
+    dead = set_terminated(pods[0], 1, message=json.dumps(report), reason="OOMKilled", t=10)
+    plan, _, _ = step(job, [dead], 30)
+    st = plan.status
+    assert st["phase"] == "Failed"
+    assert st["failure"]["reason"] == "OOMKilled", st["failure"]
+    assert st["ranks"][0]["reason"] == "OOMKilled", st["ranks"]
+    # The same report without the runtime's OOMKilled stays a signal.
+    plain = set_terminated(pods[0], 1, message=json.dumps(report), t=10)
+    plan, _, _ = step(job, [plain], 30)
+    assert plan.status["failure"]["reason"] == "Signal"
 
 
 def test_gang_restart_full_cycle_with_backoff() -> None:

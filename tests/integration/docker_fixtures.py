@@ -1,0 +1,54 @@
+"""The Docker engine fixture shared by the tests that need one (images, real nodes)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from localkube.testing import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and out.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(cmd)} exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        )
+    return out
+
+
+def _forward_policy() -> str | None:
+    out = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True)
+    first = out.stdout.splitlines()[:1] if out.returncode == 0 else []
+    return first[0].split()[-1] if first and first[0].startswith("-P") else None
+
+
+@pytest.fixture(scope="module")
+def docker_engine() -> Iterator[None]:
+    """Starts dockerd if none answers, and stops it again afterwards, restoring the FORWARD
+    policy and ip_forward it changed: the rest of the suite runs on the machine as it was.
+    (With dockerd running, workers of a pod with an init container have been seen unable to
+    open the launcher on the process node; not understood yet, see docs/install.md.)"""
+    running = subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+    policy = _forward_policy()
+    ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text()
+    out = sh(str(REPO / "hack/docker.sh"), timeout=300, check=False)
+    if out.returncode != 0:
+        pytest.fail(
+            "no Docker engine, and hack/docker.sh could not install or start one (it needs "
+            f"root and apt):\n{out.stderr[-3000:]}",
+            pytrace=False,
+        )
+    yield
+    if running:
+        return
+    subprocess.run(["pkill", "-x", "dockerd"], capture_output=True)
+    wait_for("dockerd stopped", lambda: subprocess.run(["pgrep", "-x", "dockerd"],
+             capture_output=True).returncode != 0, 60)  # fmt: skip
+    if policy is not None:
+        subprocess.run(["iptables", "-P", "FORWARD", policy], capture_output=True)
+    Path("/proc/sys/net/ipv4/ip_forward").write_text(ip_forward)
