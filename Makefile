@@ -7,12 +7,12 @@ BIN = $(shell cluster/build.sh)
 # Kubeflow's training-operator, so `make test` builds everything (`cluster/build.sh all`).
 TEST_BIN = $(shell cluster/build.sh all)
 
-.PHONY: help test unit lint fmt demo up down crds build build-all venv
+.PHONY: help test unit e2e lint fmt demo up down crds build build-all venv
 
 build: ## build the local cluster's binaries (cluster/build.sh)
 	cluster/build.sh
 
-build-all: ## the same, plus KWOK and training-operator (scale benchmark) and Kueue (its tests)
+build-all: ## the same, plus the kubelet and pause (real nodes), KWOK, training-operator and Kueue
 	cluster/build.sh all
 
 venv: ## make or reuse the pinned test environment, linked as .venv
@@ -20,6 +20,10 @@ venv: ## make or reuse the pinned test environment, linked as .venv
 
 test: build-all venv lint ## everything CI runs: build, lint, every test
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
+
+e2e: build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
+	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra tests/integration/test_images_docker.py \
+	  tests/integration/test_real_node.py
 
 unit: venv ## the unit tests only
 	.venv/bin/python -m pytest -ra tests/unit
