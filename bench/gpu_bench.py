@@ -46,6 +46,7 @@ if str(ROOT / "operator") not in sys.path:
     sys.path.insert(0, str(ROOT / "operator"))
 
 from torchrun_operator.api import names  # noqa: E402
+from torchrun_operator.launcher import launcher as contract  # noqa: E402
 from torchrun_operator.render import pod as podmod  # noqa: E402
 from torchrun_operator.render import render_pod  # noqa: E402
 
@@ -141,7 +142,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
     paths = {  # volume mounts -> local paths (longest first, so prefixes don't clash)
         podmod.LAUNCHER_PATH: str(LAUNCHER),
         podmod.PROGRESS_FILE: str(state / "progress"),
-        podmod.STATE_DIR: str(state),
+        contract.STATE_DIR: str(state),
         IMAGE_SCRIPT: str(STEP_SCRIPT),
     }
 
