@@ -19,8 +19,10 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import reports
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.controller import Controller
+from torchrun_operator.launcher import launcher as L
 from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -209,18 +211,10 @@ def running(ready: bool = True) -> Obj:
 
 
 def user_exception(rank: int) -> str:
-    return json.dumps(
-        {
-            "v": 1,
-            "state": "Failed",
-            "groupRank": 0,
-            "ranks": [rank],
-            "restarts": 0,
-            "failures": [
-                {"rank": rank, "kind": "exception", "error": "RuntimeError: boom", "exitCode": 1}
-            ],
-        }
-    )
+    """The report of a pod whose worker of global rank `rank` raised (just before it ended)."""
+    failed_at = (T0 + timedelta(seconds=4)).timestamp()
+    raised = reports.failure(rank, L.KIND_EXCEPTION, failed_at, "RuntimeError: boom")
+    return reports.report(L.FAILED, [rank], [raised])
 
 
 class Harness:

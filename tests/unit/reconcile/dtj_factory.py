@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import reports
+from torchrun_operator.launcher import launcher as contract
 from torchrun_operator.reconcile import Plan, reconcile
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -43,39 +44,11 @@ def make_job(
     }
 
 
-def report(
-    state: str = "Succeeded",
-    ranks: list[int] | None = None,
-    failures: list[dict[str, Any]] | None = None,
-    restarts: int = 0,
-    message: str | None = None,
-    group_rank: int | None = 0,
-    step: int | None = None,
-) -> str:
-    body: dict[str, Any] = {
-        "v": 1,
-        "state": state,
-        "groupRank": group_rank,
-        "ranks": ranks or [],
-        "restarts": restarts,
-        "failures": failures or [],
-    }
-    if message is not None:
-        body["message"] = message
-    if step is not None:
-        body["step"] = step
-    return json.dumps(body)
-
-
-def failure(rank: int, kind: str, t: float, error: str = "", exit_code: int = 1) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "localRank": 0,
-        "exitCode": exit_code,
-        "kind": kind,
-        "error": error,
-        "at": at(t).timestamp(),
-    }
+def failure(
+    rank: int, kind: contract.FailureKind, t: float, error: str = "", exit_code: int = 1
+) -> contract.FailureRecord:
+    """A failed worker of the launcher's report, `t` seconds after T0."""
+    return reports.failure(rank, kind, at(t).timestamp(), error, exit_code)
 
 
 def set_running(

@@ -10,12 +10,12 @@ from dtj_factory import (
     drop_terminating,
     failure,
     make_job,
-    report,
     set_running,
     set_terminated,
     start,
     step,
 )
+from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import crashloop
 from torchrun_operator.reconcile.rootcause import Candidate

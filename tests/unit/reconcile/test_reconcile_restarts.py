@@ -8,7 +8,8 @@ communication error is a consequence, never the cause.
 
 from __future__ import annotations
 
-from dtj_factory import failure, make_job, report, set_terminated, start, step
+from dtj_factory import failure, make_job, set_terminated, start, step
+from reports import report
 
 
 def _two_nodes_fail(kind: str, exit_code: int, retryable: list[int] | None = None) -> dict:
