@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import jobs
 import pytest
 import reports
 from kubernetes.client.exceptions import ApiException
@@ -39,27 +40,15 @@ def resp(obj: Obj) -> SimpleNamespace:
 
 
 def make_job(nodes: int = 2, **spec: Any) -> Obj:
-    body: Obj = {
-        "nodes": nodes,
-        "nprocPerNode": 1,
-        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0},
-        "template": {
-            "spec": {"containers": [{"name": "trainer", "image": "i", "command": ["python"]}]}
-        },
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {
-            "name": "job",
-            "namespace": "ns",
-            "uid": UID,
-            "generation": 1,
-            "resourceVersion": "1",
-        },
-        "spec": body,
-    }
+    return jobs.job(
+        "job",
+        nodes=nodes,
+        nproc=1,
+        image="i",
+        command=["python"],
+        metadata={"namespace": "ns", "uid": UID, "generation": 1, "resourceVersion": "1"},
+        **{"failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0}, **spec},
+    )
 
 
 class FakeApi:

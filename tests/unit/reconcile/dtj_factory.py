@@ -6,6 +6,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jobs
 import reports
 from torchrun_operator.launcher import launcher as contract
 from torchrun_operator.reconcile import Plan, reconcile
@@ -25,23 +26,16 @@ def iso(seconds: float) -> str:
 def make_job(
     name: str = "job", nodes: int = 2, status: dict[str, Any] | None = None, **spec: Any
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "nodes": nodes,
-        "nprocPerNode": 2,
-        "template": {
-            "spec": {
-                "containers": [{"name": "trainer", "image": "img", "command": ["python", "t.py"]}]
-            }
-        },
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "namespace": "ns", "uid": UID, "generation": 1},
-        "spec": body,
-        "status": status or {},
-    }
+    metadata = {"namespace": "ns", "uid": UID, "generation": 1}
+    return jobs.job(
+        name,
+        nodes=nodes,
+        nproc=2,
+        command=["python", "t.py"],
+        metadata=metadata,
+        status=status or {},
+        **spec,
+    )
 
 
 def failure(
