@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jobs
 import yaml
 from kubernetes import client, utils
 
@@ -21,34 +22,22 @@ JOB_LABEL = "torchrun.dev/job-name"
 # Not pulled on the local cluster (pods run with the test environment's Python and torch);
 # the image a user would name.
 IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
+# What a small CPU trainer asks for, so that a node fits several.
+SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 
 
 def quick_job(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
     """A job whose one worker per pod prints and exits 0."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": 1,
-            "rendezvous": {"joinTimeoutSeconds": 90},
-            **spec,
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": IMAGE,
-                            "command": ["python", "-c", "print('user program ran')"],
-                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    return jobs.job(
+        name,
+        nodes=nodes,
+        nproc=1,
+        image=IMAGE,
+        command=["python", "-c", "print('user program ran')"],
+        trainer={"resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 2},
+        **{"rendezvous": {"joinTimeoutSeconds": 90}, **spec},
+    )
 
 
 def load_docs(path: Path | str) -> list[dict[str, Any]]:
