@@ -7,14 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jobs
 import yaml
 from kubernetes import client, utils
+from localkube.testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP, VERSION, PLURAL = "torchrun.dev", "v1alpha1", "distributedtrainingjobs"
@@ -72,19 +71,6 @@ def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     return result
 
 
-def wait_for(
-    what: str, fn: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
 def wait_phase(
     api: client.ApiClient, namespace: str, name: str, phases: set[str], timeout: float = 240.0
 ) -> dict[str, Any]:
@@ -93,8 +79,8 @@ def wait_phase(
         return job if (job.get("status") or {}).get("phase") in phases else None
 
     try:
-        result: dict[str, Any] = wait_for(f"{name} in {phases}", done, timeout)
-    except AssertionError:
+        result: dict[str, Any] = wait_for(f"{name} in {phases}", done, timeout, interval=0.5)
+    except TimeoutError:
         job = get_job(api, namespace, name)
         raise AssertionError(f"{name} never reached {phases}: status={job.get('status')}") from None
     return result

@@ -401,7 +401,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
     try:
         wait_for("nothing of the release left", lambda: not leftovers(), timeout=90)
-    except AssertionError:
+    except TimeoutError:
         raise AssertionError(f"helm uninstall left {leftovers()}") from None
     ext = client.ApiextensionsV1Api(kube)
     assert ext.read_custom_resource_definition(CRD_NAME).metadata.name == CRD_NAME

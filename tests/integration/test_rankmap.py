@@ -213,6 +213,6 @@ def test_kubectl_dtj_logs_finds_a_global_ranks_pod_while_the_job_runs(
     assert holder["pod"] in text, text
     assert f"node rank {holder['nodeRank']}" in text or out.returncode == 0, text
     status = wait_for(
-        "the job to run", lambda: get_job(kube, namespace, name)["status"].get("phase")
+        "the job to run", lambda: get_job(kube, namespace, name)["status"].get("phase"), 180
     )
     assert status in ("Running", "Starting", "Succeeded")
