@@ -30,7 +30,7 @@ from kubernetes import client
 
 pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
 
-SCRIPT = REPO / "examples" / "scripts" / "train_ddp.py"
+SCRIPTS = REPO / "examples" / "scripts"
 # Small and slow enough to interrupt: 256 samples / (2 ranks x 16) = 8 steps an epoch.
 TRAIN_ARGS = ["--samples", "256", "--batch-size", "16", "--seed", "7"]
 FAST_EVICTION = [
@@ -48,7 +48,8 @@ FAST_EVICTION = [
 
 
 def script_configmap(name: str) -> dict[str, Any]:
-    return jobs.configmap(f"{name}-script", {"train_ddp.py": SCRIPT.read_text()})
+    files = ("train_ddp.py", "torchrun_example.py")  # the script and what it imports
+    return jobs.configmap(f"{name}-script", {f: (SCRIPTS / f).read_text() for f in files})
 
 
 def job_doc(
@@ -231,7 +232,7 @@ def reference_checksum(tmp_path_factory: pytest.TempPathFactory) -> str:
         "1",
         "--nproc-per-node",
         "2",
-        str(SCRIPT),
+        str(SCRIPTS / "train_ddp.py"),
         "--epochs",
         str(EPOCHS),
         "--checkpoint-dir",
