@@ -172,7 +172,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
             raise ValueError(f"benchmark cannot emulate env source of {e['name']!r}")
     term = workdir / "termination-log"
     # The kubelet's terminationMessagePath is a bind mount; locally the launcher's override.
-    env["TORCHRUN_OPERATOR_TERMINATION_LOG"] = str(term)
+    env[contract.ENV_TERMINATION_LOG] = str(term)
     if gpus is not None:  # the device plugin's grant
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return Proc(
