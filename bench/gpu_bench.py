@@ -51,7 +51,8 @@ LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
 if str(ROOT / "operator") not in sys.path:
     sys.path.insert(0, str(ROOT / "operator"))
 
-from torchrun_operator.api import models, names  # noqa: E402
+from torchrun_operator.api import names  # noqa: E402
+from torchrun_operator.launcher import launcher as contract  # noqa: E402
 from torchrun_operator.render import pod as podmod  # noqa: E402
 from torchrun_operator.render import render_pod  # noqa: E402
 
@@ -199,7 +200,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
     paths = {  # volume mounts -> local paths (longest first, so prefixes don't clash)
         podmod.LAUNCHER_PATH: str(LAUNCHER),
         podmod.PROGRESS_FILE: str(state / "progress"),
-        models.STATE_DIR: str(state),
+        contract.STATE_DIR: str(state),
         IMAGE_DIR: str(BENCH_DIR),
     }
 
@@ -229,7 +230,7 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
             raise ValueError(f"benchmark cannot emulate env source of {e['name']!r}")
     term = workdir / "termination-log"
     # The kubelet's terminationMessagePath is a bind mount; locally the launcher's override.
-    env["TORCHRUN_OPERATOR_TERMINATION_LOG"] = str(term)
+    env[contract.ENV_TERMINATION_LOG] = str(term)
     if gpus is not None:  # the device plugin's grant
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
     return Proc(

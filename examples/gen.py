@@ -3,8 +3,9 @@
     python examples/gen.py          # rewrite examples/*.yaml
     python examples/gen.py --check  # exit 1 if any manifest is stale (a unit test runs this)
 
-Each manifest is self-contained: a ConfigMap carrying the training script, then the
-DistributedTrainingJob that mounts it at /workspace, so the example runs on any image with torch.
+Each manifest is self-contained: a ConfigMap carrying the training script and the module the
+scripts share (torchrun_example.py), then the DistributedTrainingJob that mounts them at
+/workspace, so the example runs on any image with torch.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
+# What every script imports (process group set-up, the progress file); shipped with each.
+SHARED = "torchrun_example.py"
 IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
 
 
@@ -59,18 +62,39 @@ CPU_RESOURCES = """\
 """
 
 
-def _cpu_ddp_policies(failure_policy: str) -> str:
-    """cpu-ddp and fail-rank3: 2 pods x 2 processes of train_ddp.py, on CPU."""
-    return f"""\
-  nodes: 2
-  nprocPerNode: 2
-  rendezvous:
-    joinTimeoutSeconds: 300
-  failurePolicy:
-{failure_policy}
-  runPolicy:
-    ttlSecondsAfterFinished: 3600
-"""
+def _policies(
+    nproc: str,
+    *,
+    max_restarts: int,
+    backoff: int | None = None,
+    join_timeout: int | None = None,
+    ttl: int | None = None,
+    run_policy: str = "",
+    nproc_note: str = "",
+) -> str:
+    """The spec's fields before `template`, for 2 nodes: the YAML the examples share, with
+    `run_policy` (indented four spaces) before the TTL and `nproc_note` as a comment line."""
+    out = "  nodes: 2\n"
+    out += f"  # {nproc_note}\n" if nproc_note else ""
+    out += f"  nprocPerNode: {nproc}\n"
+    if join_timeout is not None:
+        out += f"  rendezvous:\n    joinTimeoutSeconds: {join_timeout}\n"
+    out += f"  failurePolicy:\n    maxRestarts: {max_restarts}\n"
+    if backoff is not None:
+        out += f"    backoffSeconds: {backoff}\n"
+    if run_policy or ttl is not None:
+        out += "  runPolicy:\n" + run_policy
+        out += f"    ttlSecondsAfterFinished: {ttl}\n" if ttl is not None else ""
+    return out
+
+
+def _checkpoints(comment: str, source: str) -> dict[str, str]:
+    """The trainer's /checkpoints mount and its volume (`comment` and `source` indented six
+    spaces), as Example fields."""
+    return {
+        "mounts": "        - {name: checkpoints, mountPath: /checkpoints}\n",
+        "volumes": f"{comment}      - name: checkpoints\n        {source}\n",
+    }
 
 
 EXAMPLES = [
@@ -79,27 +103,25 @@ EXAMPLES = [
         name="cpu-ddp",
         script="train_ddp.py",
         about="DDP on CPU (gloo): 2 pods x 2 processes, checkpoints and resumes.",
-        policies=_cpu_ddp_policies("    maxRestarts: 2\n    backoffSeconds: 5"),
+        policies=_policies("2", join_timeout=300, max_restarts=2, backoff=5, ttl=3600),
         trainer="""\
         args: [--epochs, "4", --checkpoint-dir, /checkpoints, --step-sleep, "0.05"]
 """
         + CPU_RESOURCES,
-        mounts="""\
-        - {name: checkpoints, mountPath: /checkpoints}
-""",
-        volumes="""\
+        **_checkpoints(
+            """\
       # Rank 0 may land in any pod (c10d orders nodes by address) and a gang restart replaces
       # every pod: to resume across restarts, use a ReadWriteMany PersistentVolumeClaim here.
-      - name: checkpoints
-        emptyDir: {}
 """,
+            "emptyDir: {}",
+        ),
     ),
     Example(
         file="fail-rank3.yaml",
         name="fail-rank3",
         script="train_ddp.py",
         about="Global rank 3 raises after its second step: status.failure must name rank 3.",
-        policies=_cpu_ddp_policies("    maxRestarts: 0"),
+        policies=_policies("2", join_timeout=300, max_restarts=0, ttl=3600),
         trainer="""\
         args: [--epochs, "4", --fail-rank, "3", --fail-after-step, "2"]
 """
@@ -110,30 +132,21 @@ EXAMPLES = [
         name="hello-dist",
         script="hello_dist.py",
         about="Ship your own script in a ConfigMap: every rank reports in, one all-reduce.",
-        policies="""\
-  nodes: 2
-  nprocPerNode: 1
-  failurePolicy:
-    maxRestarts: 0
-""",
+        policies=_policies("1", max_restarts=0),
     ),
     Example(
         file="gpu-ddp.yaml",
         name="gpu-ddp",
         script="train_ddp.py",
         about="DDP on GPUs (nccl): 2 nodes, one pod per node with all 8 of its GPUs.",
-        policies="""\
-  nodes: 2
-  # one process per GPU: the trainer's nvidia.com/gpu limit
-  nprocPerNode: gpu
-  rendezvous:
-    joinTimeoutSeconds: 600
-  failurePolicy:
-    maxRestarts: 3
-    backoffSeconds: 30
-  runPolicy:
-    ttlSecondsAfterFinished: 86400
-""",
+        policies=_policies(
+            "gpu",
+            nproc_note="one process per GPU: the trainer's nvidia.com/gpu limit",
+            join_timeout=600,
+            max_restarts=3,
+            backoff=30,
+            ttl=86400,
+        ),
         trainer="""\
         args: [--epochs, "20", --samples, "65536", --batch-size, "256",
                --checkpoint-dir, /checkpoints]
@@ -143,35 +156,31 @@ EXAMPLES = [
           limits: {nvidia.com/gpu: 8, memory: 64Gi}
           requests: {cpu: "16", memory: 64Gi}
 """,
-        mounts="""\
-        - {name: checkpoints, mountPath: /checkpoints}
-""",
-        volumes="""\
+        **_checkpoints(
+            """\
       # Shared by all pods (rank 0 writes, every pod resumes from it): a ReadWriteMany claim.
-      - name: checkpoints
-        persistentVolumeClaim: {claimName: gpu-ddp-checkpoints}
 """,
+            "persistentVolumeClaim: {claimName: gpu-ddp-checkpoints}",
+        ),
     ),
     Example(
         file="progress.yaml",
         name="progress",
         script="train_progress.py",
         about="Hang detection: the script reports its step; 60 s without one restarts the gang.",
-        policies="""\
-  nodes: 2
-  nprocPerNode: 2
-  rendezvous:
-    joinTimeoutSeconds: 300
-  failurePolicy:
-    maxRestarts: 2
-    backoffSeconds: 5
-  runPolicy:
+        policies=_policies(
+            "2",
+            join_timeout=300,
+            max_restarts=2,
+            backoff=5,
+            run_policy="""\
     # The script writes its step to $TORCHRUN_OPERATOR_PROGRESS_FILE; unchanged for 60 s
     # after rendezvous, the pod turns NotReady and the attempt fails as ProgressStalled.
     # See docs/progress.md.
     progressTimeoutSeconds: 60
-    ttlSecondsAfterFinished: 3600
 """,
+            ttl=3600,
+        ),
         trainer="""\
         args: [--steps, "200", --step-sleep, "0.05"]
 """
@@ -185,21 +194,23 @@ def _indent(text: str, spaces: int) -> str:
     return "".join(pad + line if line.strip() else line for line in text.splitlines(True))
 
 
+def _file(name: str) -> str:
+    """A ConfigMap data entry: the file of examples/scripts/ as a YAML block."""
+    text = (SCRIPTS / name).read_text()
+    return f"  {name}: |\n" + _indent(text if text.endswith("\n") else text + "\n", 4)
+
+
 def render(ex: Example) -> str:
-    script = (SCRIPTS / ex.script).read_text()
-    if not script.endswith("\n"):
-        script += "\n"
     return f"""\
 # {ex.about}
-# Generated by examples/gen.py from examples/scripts/{ex.script}: edit those, then rerun
-# `python examples/gen.py`.
+# Generated by examples/gen.py from examples/scripts/ ({ex.script}, {SHARED}): edit
+# those, then rerun `python examples/gen.py`.
 apiVersion: v1
 kind: ConfigMap
 metadata:
   name: {ex.name}-script
 data:
-  {ex.script}: |
-{_indent(script, 4)}---
+{_file(ex.script)}{_file(SHARED)}---
 apiVersion: torchrun.dev/v1alpha1
 kind: DistributedTrainingJob
 metadata:

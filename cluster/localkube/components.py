@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .node.options import NodeOptions
+
 SERVICE_CIDR = "10.96.0.0/16"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CLUSTER_DOMAIN = "cluster.local"
@@ -264,26 +266,15 @@ def node_args(
     api_port: int,
     bridge: str,
 ) -> list[str]:
-    return [
-        python,
-        "-m",
-        "localkube.node",
-        "--kubeconfig",
-        str(layout.admin_kubeconfig),
-        "--state-dir",
-        str(layout.node_state),
-        "--nodes-json",
-        json.dumps([n.to_json() for n in nodes], separators=(",", ":")),
-        "--dns-ip",
-        host_ip,
-        "--pod-cidr-base",
-        str(base),
-        "--api-host",
-        host_ip,
-        "--api-port",
-        str(api_port),
-        "--ca-file",
-        str(layout.pki / "ca.crt"),
-        "--bridge",
-        bridge,
-    ]
+    options = NodeOptions(
+        kubeconfig=str(layout.admin_kubeconfig),
+        state_dir=layout.node_state,
+        nodes_json=json.dumps([n.to_json() for n in nodes], separators=(",", ":")),
+        dns_ip=host_ip,
+        pod_cidr_base=base,
+        api_host=host_ip,
+        api_port=api_port,
+        ca_file=str(layout.pki / "ca.crt"),
+        bridge=bridge,
+    )
+    return [python, "-m", "localkube.node", *options.argv()]

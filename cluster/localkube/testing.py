@@ -84,14 +84,18 @@ def namespace_name(test_name: str) -> str:
 
 
 def wait_for(what: str, check: Any, timeout: float = 30.0, interval: float = 0.2) -> Any:
-    """Polls `check` until it returns something truthy, and returns that."""
+    """Polls `check` until it returns something truthy, and returns that; TimeoutError naming
+    `what` and the last result after `timeout` seconds. The one wait of the tests, the fault
+    campaign and the benchmark."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+            raise TimeoutError(
+                f"timed out after {timeout:.0f}s waiting for {what}; last: {result!r}"
+            )
         time.sleep(interval)
 
 

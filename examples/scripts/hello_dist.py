@@ -10,16 +10,12 @@ import socket
 
 import torch
 import torch.distributed as dist
+from torchrun_example import init
 
 
 def main() -> None:
-    use_cuda = torch.cuda.is_available()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group("nccl" if use_cuda else "gloo")
+    device, _, local_rank = init()
     rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     print(
         f"rank {rank}/{world} local_rank {local_rank} group_rank "
         f"{os.environ.get('GROUP_RANK')} on {socket.gethostname()}",

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torchrun_example import init, write_progress
 
 
 def parse_args() -> argparse.Namespace:
@@ -45,18 +46,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--fail-after-step", type=int, default=1)
     p.add_argument("--step-sleep", type=float, default=0.0, help="seconds per step (demos)")
     return p.parse_args()
-
-
-def setup() -> tuple[torch.device, str]:
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    # device_id binds the process group to this rank's GPU (eager NCCL init, no guessing).
-    dist.init_process_group(backend=backend, device_id=device if backend == "nccl" else None)
-    return device, backend
 
 
 def synthetic_dataset(n: int, seed: int) -> TensorDataset:
@@ -80,19 +69,9 @@ def checksum(model: nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def write_progress(step: int) -> None:
-    path = os.environ.get("TORCHRUN_OPERATOR_PROGRESS_FILE")
-    if not path:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fp:
-        fp.write(f"{step}\n")
-    os.replace(tmp, path)  # readers never see a half-written number
-
-
 def main() -> None:
     args = parse_args()
-    device, backend = setup()
+    device, backend, _ = init()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.use_deterministic_algorithms(True, warn_only=True)
 

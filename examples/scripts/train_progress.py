@@ -15,12 +15,12 @@ ranks average their weights every --sync-every steps (1: every step, like DDP).
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torchrun_example import init, write_progress
 
 
 def parse_args() -> argparse.Namespace:
@@ -33,16 +33,6 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def write_progress(step: int) -> None:
-    path = os.environ.get("TORCHRUN_OPERATOR_PROGRESS_FILE")
-    if not path:
-        return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fp:
-        fp.write(f"{step}\n")
-    os.replace(tmp, path)  # readers never see a half-written number
-
-
 def average(model: nn.Module, world: int) -> None:
     for p in model.parameters():
         dist.all_reduce(p.data)
@@ -51,13 +41,7 @@ def average(model: nn.Module, world: int) -> None:
 
 def main() -> None:
     args = parse_args()
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device, backend = torch.device("cuda", local_rank), "nccl"
-    else:
-        device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend)
+    device, _, local_rank = init()
     rank, world = dist.get_rank(), dist.get_world_size()
 
     g = torch.Generator().manual_seed(1234 + rank)

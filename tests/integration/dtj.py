@@ -7,13 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jobs
 import yaml
 from kubernetes import client, utils
+from localkube.testing import wait_for
 from torchrun_operator.api.names import GROUP, LABEL_JOB_NAME, PLURAL, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,34 +21,22 @@ JOB_LABEL = LABEL_JOB_NAME
 # Not pulled on the local cluster (pods run with the test environment's Python and torch);
 # the image a user would name.
 IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
+# What a small CPU trainer asks for, so that a node fits several.
+SMALL = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 
 
 def quick_job(name: str, nodes: int = 2, **spec: Any) -> dict[str, Any]:
     """A job whose one worker per pod prints and exits 0."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": 1,
-            "rendezvous": {"joinTimeoutSeconds": 90},
-            **spec,
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": IMAGE,
-                            "command": ["python", "-c", "print('user program ran')"],
-                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    return jobs.job(
+        name,
+        nodes=nodes,
+        nproc=1,
+        image=IMAGE,
+        command=["python", "-c", "print('user program ran')"],
+        trainer={"resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 2},
+        **{"rendezvous": {"joinTimeoutSeconds": 90}, **spec},
+    )
 
 
 def load_docs(path: Path | str) -> list[dict[str, Any]]:
@@ -83,19 +71,6 @@ def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     return result
 
 
-def wait_for(
-    what: str, fn: Callable[[], Any], timeout: float = 180.0, interval: float = 0.5
-) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-
-
 def wait_phase(
     api: client.ApiClient, namespace: str, name: str, phases: set[str], timeout: float = 240.0
 ) -> dict[str, Any]:
@@ -104,8 +79,8 @@ def wait_phase(
         return job if (job.get("status") or {}).get("phase") in phases else None
 
     try:
-        result: dict[str, Any] = wait_for(f"{name} in {phases}", done, timeout)
-    except AssertionError:
+        result: dict[str, Any] = wait_for(f"{name} in {phases}", done, timeout, interval=0.5)
+    except TimeoutError:
         job = get_job(api, namespace, name)
         raise AssertionError(f"{name} never reached {phases}: status={job.get('status')}") from None
     return result

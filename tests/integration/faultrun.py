@@ -51,7 +51,7 @@ from dtj import (  # noqa: E402
 )
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
-from localkube.testing import create_namespace  # noqa: E402
+from localkube.testing import create_namespace, wait_for  # noqa: E402
 from torchrun_operator.api import names  # noqa: E402
 
 FINISHED = ("Succeeded", "Failed")
@@ -136,7 +136,7 @@ def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
         job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         return (job.get("status") or {}).get("phase")
 
-    _until(lambda: phase() in ("Running", *FINISHED), 120, "Running")
+    wait_for("Running", lambda: phase() in ("Running", *FINISHED), 120, interval=0.3)
     patch = {"spec": {"runPolicy": {"suspend": True}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
@@ -144,7 +144,7 @@ def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
         pods = core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
         return phase() == "Suspended" and not pods
 
-    _until(quiet, 120, "Suspended with no pods")
+    wait_for("Suspended with no pods", quiet, 120, interval=0.3)
     patch = {"spec": {"runPolicy": {"suspend": False}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
@@ -156,16 +156,6 @@ SCENARIOS = [
     Scenario("suspend-resume", _long, during=_suspend_then_resume),
     Scenario("ttl", _ttl, ttl=True),
 ]
-
-
-def _until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def outcome(job: dict[str, Any]) -> dict[str, Any]:
@@ -380,7 +370,7 @@ class Campaign:
             return out
 
         try:
-            _until(lambda: not extra(), 60, "clean-up")
+            wait_for("clean-up", lambda: not extra(), 60, interval=0.3)
         except TimeoutError:
             return extra()
         if scenario.ttl:
@@ -394,7 +384,7 @@ class Campaign:
                     return e.status == 404
 
             try:
-                _until(gone, 60, "TTL deletion")
+                wait_for("TTL deletion", gone, 60, interval=0.3)
             except TimeoutError:
                 return ["job outlived its TTL"]
         return []

@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
 from dtj import REPO, apply, load_docs, wait_phase
 from kubernetes import client
@@ -17,37 +18,16 @@ SLEEP = "import time; time.sleep(3600)\n"
 
 def sleeper(name: str, nodes: int, **spec: Any) -> list[dict[str, Any]]:
     """A job whose workers would just sleep (they never get that far in these tests)."""
-    cm = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-script"},
-        "data": {"sleep.py": SLEEP},
-    }
-    trainer: dict[str, Any] = {
-        "name": "trainer",
-        "image": "python:3.11",
-        "command": ["python", "/workspace/sleep.py"],
-        "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
-    }
-    job = {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": 1,
-            "failurePolicy": {"maxRestarts": 0},
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 3,
-                    "containers": [trainer],
-                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
-                }
-            },
-            **spec,
-        },
-    }
-    return [cm, job]
+    return jobs.scripted(
+        name,
+        {"sleep.py": SLEEP},
+        ["python", "/workspace/sleep.py"],
+        nodes=nodes,
+        nproc=1,
+        image="python:3.11",
+        pod={"terminationGracePeriodSeconds": 3},
+        **{"failurePolicy": {"maxRestarts": 0}, **spec},
+    )
 
 
 def test_rendezvous_that_never_completes_names_the_pod_that_never_started(

@@ -87,9 +87,11 @@ def kubectl_bin() -> str:
     return found
 
 
-def run(argv: list[str], timeout: float = 180) -> str:
+def run(argv: list[str], timeout: float = 180, check: bool = True) -> str:
+    """`argv`'s stdout; `check`: it must exit 0 (a clean-up step does not)."""
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}"
+    if check:
+        assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}"
     return proc.stdout
 
 
@@ -284,6 +286,31 @@ def run_cpu_example(kube: client.ApiClient, namespace: str) -> dict[str, Any]:
     return done
 
 
+def check_installed_operator(
+    cluster: Any,
+    kube: client.ApiClient,
+    namespace: str,
+    operator_ns: str,
+    selector: str,
+    lease: str,
+    cluster_wide: bool = False,
+) -> tuple[Any, dict[str, Any]]:
+    """What every way of installing must give: one ready operator pod that runs the CPU
+    example in `namespace` to success, logs no RBAC denial and no traceback, and may do what
+    it needs and no more. Returns the pod and the finished job."""
+    (pod,) = operator_pods(client.CoreV1Api(kube), operator_ns, selector)
+    assert ready(pod), pod.status
+    done = run_cpu_example(kube, namespace)
+    log = pod_log(cluster, operator_ns, pod.metadata.name)
+    assert log, "the operator pod wrote no log"
+    assert not rbac_denials(log), log[-4000:]
+    assert "Traceback" not in log, log[-4000:]
+    sa = f"system:serviceaccount:{operator_ns}:{pod.spec.service_account_name}"
+    auth = client.AuthorizationV1Api(kube)
+    check_operator_access(auth, sa, namespace, operator_ns, lease, cluster_wide=cluster_wide)
+    return pod, done
+
+
 def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstalls(
     cluster: Any, kube: client.ApiClient, namespace: str, sole_operator: None, tmp_path: Path
 ) -> None:
@@ -307,16 +334,15 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
             [helm, "install", RELEASE, str(CHART), *base, "--create-namespace"]
             + ["--values", str(values), "--wait", "--timeout", "120s"]
         )
-        (pod,) = operator_pods(core, release_ns, INSTANCE)
-        assert ready(pod), pod.status
+        pod, done = check_installed_operator(
+            cluster, kube, namespace, release_ns, INSTANCE, lease=FULLNAME
+        )
         assert pod.spec.service_account_name == FULLNAME
         # In-cluster configuration: the projected token and the service host, no kubeconfig.
         container = pod.spec.containers[0]
         assert "KUBECONFIG" not in {e.name for e in container.env or []}
         mounts = {m.mount_path for m in container.volume_mounts}
         assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
-
-        done = run_cpu_example(kube, namespace)
         assert done["status"]["worldSize"] == 4
         # The chart's default (jobNetworkPolicy.enabled): the job got its NetworkPolicy, created
         # with the chart's RBAC. (Whether it is enforced is the CNI's business; localkube's
@@ -326,15 +352,6 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
         )
         assert [r.uid for r in policy.metadata.owner_references] == [done["metadata"]["uid"]]
         assert policy.spec.policy_types == ["Ingress"]
-
-        log = pod_log(cluster, release_ns, pod.metadata.name)
-        assert log, "the operator pod wrote no log"
-        assert not rbac_denials(log), log[-4000:]
-        assert "Traceback" not in log, log[-4000:]
-
-        # Everything it needs, and not more: asked of the apiserver's authorizer.
-        sa = f"system:serviceaccount:{release_ns}:{FULLNAME}"
-        check_operator_access(client.AuthorizationV1Api(kube), sa, namespace, release_ns, FULLNAME)
 
         # helm upgrade: a changed value rolls out, and the new pod is ready.
         run(
@@ -355,15 +372,8 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
         )
         assert len(new_pods) == 1
     finally:
-        manifest = subprocess.run(
-            [helm, "get", "manifest", RELEASE, *base], capture_output=True, text=True
-        ).stdout
-        subprocess.run(
-            [helm, "uninstall", RELEASE, *base, "--wait", "--timeout", "120s"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        manifest = run([helm, "get", "manifest", RELEASE, *base], check=False)
+        run([helm, "uninstall", RELEASE, *base, "--wait", "--timeout", "120s"], check=False)
 
     # helm uninstall leaves nothing of the release behind but the CRD.
     installed = [d for d in yaml.safe_load_all(manifest) if d]
@@ -413,7 +423,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
     try:
         wait_for("nothing of the release left", lambda: not leftovers(), timeout=90)
-    except AssertionError:
+    except TimeoutError:
         raise AssertionError(f"helm uninstall left {leftovers()}") from None
     ext = client.ApiextensionsV1Api(kube)
     assert name_of(ext.read_custom_resource_definition(CRD_NAME)) == CRD_NAME
@@ -444,29 +454,14 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
         ]
         run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
         run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
-        (pod,) = operator_pods(core, ns, selector)
-        assert ready(pod)
-        run_cpu_example(kube, namespace)
-        log = pod_log(cluster, ns, pod.metadata.name)
-        assert log, "the operator pod wrote no log"
-        assert not rbac_denials(log), log[-4000:]
-        sa = f"system:serviceaccount:{ns}:{pod.spec.service_account_name}"
         lease = next(a for a in dep_args(dep) if a.startswith("--leader-election-id="))
-        check_operator_access(
-            client.AuthorizationV1Api(kube),
-            sa,
-            namespace,
-            ns,
-            lease.split("=", 1)[1],
-            cluster_wide=True,
+        check_installed_operator(
+            cluster, kube, namespace, ns, selector, lease.split("=", 1)[1], cluster_wide=True
         )
     finally:
-        deleted = subprocess.run(
-            [*k, "delete", "-f", str(INSTALL), "--ignore-not-found", "--wait", "--timeout=120s"],
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        delete = [*k, "delete", "-f", str(INSTALL), "--ignore-not-found", "--wait"]
+        delete.append("--timeout=120s")
+        deleted = subprocess.run(delete, capture_output=True, text=True, timeout=180)
         # The manifest carries the CRD: deleting it deletes the CRD, which the session's
         # other tests need. Put it back.
         install_crd(kube)

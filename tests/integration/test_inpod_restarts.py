@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 import pytest
 from dtj import apply, wait_phase
 from kubernetes import client
@@ -26,39 +27,16 @@ dist.destroy_process_group()
 
 
 def _docs() -> list[dict[str, Any]]:
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "flaky-script"},
-            "data": {"flaky.py": SCRIPT},
-        },
-        {
-            "apiVersion": "torchrun.dev/v1alpha1",
-            "kind": "DistributedTrainingJob",
-            "metadata": {"name": "flaky"},
-            "spec": {
-                "nodes": 2,
-                "nprocPerNode": 1,
-                "torchrun": {"maxRestarts": 1},
-                "failurePolicy": {"maxRestarts": 0},
-                "template": {
-                    "spec": {
-                        "terminationGracePeriodSeconds": 5,
-                        "containers": [
-                            {
-                                "name": "trainer",
-                                "image": "pytorch/pytorch",
-                                "command": ["python", "/workspace/flaky.py"],
-                                "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
-                            }
-                        ],
-                        "volumes": [{"name": "script", "configMap": {"name": "flaky-script"}}],
-                    }
-                },
-            },
-        },
-    ]
+    return jobs.scripted(
+        "flaky",
+        {"flaky.py": SCRIPT},
+        ["python", "/workspace/flaky.py"],
+        nproc=1,
+        image="pytorch/pytorch",
+        pod={"terminationGracePeriodSeconds": 5},
+        torchrun={"maxRestarts": 1},
+        failurePolicy={"maxRestarts": 0},
+    )
 
 
 def test_in_pod_worker_restarts_are_counted_per_rank(

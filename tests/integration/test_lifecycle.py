@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+import jobs
 import pytest
 from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
@@ -31,39 +31,16 @@ elif mode == "fail-pod-1":
 
 def scripted(name: str, args: list[str], nodes: int = 2, **spec: Any) -> list[dict[str, Any]]:
     """A ConfigMap with SCRIPT and a job of `nodes` pods x 1 process running it."""
-    cm = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-script"},
-        "data": {"job.py": SCRIPT},
-    }
-    job = {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": 1,
-            "rendezvous": {"joinTimeoutSeconds": 60},
-            "failurePolicy": {"maxRestarts": 0},
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 3,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "python:3.11",
-                            "command": ["python", "/workspace/job.py", *args],
-                            "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
-                        }
-                    ],
-                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
-                }
-            },
-            **copy.deepcopy(spec),
-        },
-    }
-    return [cm, job]
+    return jobs.scripted(
+        name,
+        {"job.py": SCRIPT},
+        ["python", "/workspace/job.py", *args],
+        nodes=nodes,
+        nproc=1,
+        image="python:3.11",
+        pod={"terminationGracePeriodSeconds": 3},
+        **{"rendezvous": {"joinTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}, **spec},
+    )
 
 
 def elapsed(start: str, end: str) -> float:
@@ -201,7 +178,7 @@ def test_clean_pod_policy_leaves_the_right_pods(kube: client.ApiClient, namespac
     for name in ("keep-failed", "delete"):
         wait_for(
             f"{name}: deleted pods gone",
-            lambda n=name: len(job_pods(kube, namespace, n)) == len(phases(n)),  # type: ignore[misc]
+            lambda n=name: len(job_pods(kube, namespace, n)) == len(phases(n)),
             60,
         )
 

@@ -23,9 +23,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
 import yaml
-from dtj import GROUP, IMAGE, PLURAL, REPO, VERSION, apply, create_job, wait_phase
+from dtj import GROUP, IMAGE, PLURAL, REPO, SMALL, VERSION, apply, create_job, wait_phase
 from kubeflow_examples import example
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -113,12 +114,7 @@ SCRIPTS = {
 
 
 def scripts_configmap(name: str, scripts: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-scripts"},
-        "data": scripts,
-    }
+    return jobs.configmap(f"{name}-scripts", scripts)
 
 
 def job_doc(
@@ -126,38 +122,19 @@ def job_doc(
 ) -> dict[str, Any]:
     """A small CPU job: the scripts at /workspace, `out` (a host directory) at /out."""
     out.mkdir(parents=True, exist_ok=True)
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": nproc,
-            "rendezvous": {"joinTimeoutSeconds": 90},
-            **spec,
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": IMAGE,
-                            "command": command,
-                            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-                            "volumeMounts": [
-                                {"name": "scripts", "mountPath": "/workspace"},
-                                {"name": "out", "mountPath": "/out"},
-                            ],
-                        }
-                    ],
-                    "volumes": [
-                        {"name": "scripts", "configMap": {"name": f"{name}-scripts"}},
-                        {"name": "out", "hostPath": {"path": str(out), "type": "Directory"}},
-                    ],
-                }
-            },
-        },
-    }
+    doc = jobs.job(
+        name,
+        nodes=nodes,
+        nproc=nproc,
+        image=IMAGE,
+        command=command,
+        trainer={"resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 2},
+        **{"rendezvous": {"joinTimeoutSeconds": 90}, **spec},
+    )
+    jobs.mount(doc, {"name": "scripts", "configMap": {"name": f"{name}-scripts"}}, jobs.WORKSPACE)
+    out_dir = {"path": str(out), "type": "Directory"}
+    return jobs.mount(doc, {"name": "out", "hostPath": out_dir}, "/out")
 
 
 def run_jobs(
@@ -179,7 +156,7 @@ def seen(out: Path) -> list[dict[str, Any]]:
 def test_launch_era_scripts_get_their_local_rank_argument(
     kube: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    jobs = {
+    docs = {
         # the setting, with torch < 2.0's spelling
         "setting": job_doc(
             "setting",
@@ -196,12 +173,12 @@ def test_launch_era_scripts_get_their_local_rank_argument(
             nproc=2,
         ),
     }
-    jobs["launch"]["spec"]["template"]["spec"]["containers"][0]["args"] = [
+    docs["launch"]["spec"]["template"]["spec"]["containers"][0]["args"] = [
         "/workspace/launch_era.py",
         "--epochs",
         "2",
     ]
-    done = run_jobs(kube, namespace, list(jobs.values()))
+    done = run_jobs(kube, namespace, list(docs.values()))
     for name, flag in (("setting", "--local_rank"), ("launch", "--local-rank")):
         assert done[name]["status"]["phase"] == "Succeeded", done[name]["status"]
         ranks = seen(tmp_path / name)

@@ -13,8 +13,9 @@ import time
 import urllib.request
 from typing import Any
 
+import jobs
 import pytest
-from dtj import IMAGE, apply, get_job, job_pods, wait_for, wait_phase
+from dtj import IMAGE, SMALL, apply, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
 from torchrun_operator.api.ranks import parse_ranks
 
@@ -75,40 +76,19 @@ dist.destroy_process_group()
 
 def script_job(name: str, nodes: int, nproc: int = 2, **env: str) -> list[dict[str, Any]]:
     """A ConfigMap with TRAIN and a job running it; `env` goes to the trainer."""
-    cm = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-script"},
-        "data": {"train.py": TRAIN},
-    }
-    trainer = {
-        "name": "trainer",
-        "image": IMAGE,
-        "command": ["python", "/workspace/train.py"],
-        "env": [{"name": k, "value": v} for k, v in env.items()],
-        "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
-    }
-    job = {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": nproc,
-            "rendezvous": {"joinTimeoutSeconds": 120},
-            "failurePolicy": {"maxRestarts": 0},
-            "runPolicy": {"cleanPodPolicy": "KeepAll"},
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 3,
-                    "containers": [trainer],
-                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
-                }
-            },
-        },
-    }
-    return [cm, job]
+    return jobs.scripted(
+        name,
+        {"train.py": TRAIN},
+        ["python", "/workspace/train.py"],
+        nodes=nodes,
+        nproc=nproc,
+        image=IMAGE,
+        trainer={"env": [{"name": k, "value": v} for k, v in env.items()], "resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 3},
+        rendezvous={"joinTimeoutSeconds": 120},
+        failurePolicy={"maxRestarts": 0},
+        runPolicy={"cleanPodPolicy": "KeepAll"},
+    )
 
 
 def read_launcher(ip: str) -> dict[str, Any] | None:
@@ -233,6 +213,6 @@ def test_kubectl_dtj_logs_finds_a_global_ranks_pod_while_the_job_runs(
     assert holder["pod"] in text, text
     assert f"node rank {holder['nodeRank']}" in text or out.returncode == 0, text
     status = wait_for(
-        "the job to run", lambda: get_job(kube, namespace, name)["status"].get("phase")
+        "the job to run", lambda: get_job(kube, namespace, name)["status"].get("phase"), 180
     )
     assert status in ("Running", "Starting", "Succeeded")

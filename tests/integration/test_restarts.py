@@ -23,14 +23,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
-from dtj import REPO, apply, get_job, job_pods, wait_for, wait_phase
+from dtj import IMAGE, REPO, apply, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
 
 pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
 
-SCRIPT = REPO / "examples" / "scripts" / "train_ddp.py"
-IMAGE = "pytorch/pytorch:2.15.0-cuda12.8-cudnn9-runtime"
+SCRIPTS = REPO / "examples" / "scripts"
 # Small and slow enough to interrupt: 256 samples / (2 ranks x 16) = 8 steps an epoch.
 TRAIN_ARGS = ["--samples", "256", "--batch-size", "16", "--seed", "7"]
 FAST_EVICTION = [
@@ -48,12 +48,8 @@ FAST_EVICTION = [
 
 
 def script_configmap(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": f"{name}-script"},
-        "data": {"train_ddp.py": SCRIPT.read_text()},
-    }
+    files = ("train_ddp.py", "torchrun_example.py")  # the script and what it imports
+    return jobs.configmap(f"{name}-script", {f: (SCRIPTS / f).read_text() for f in files})
 
 
 def job_doc(
@@ -68,44 +64,25 @@ def job_doc(
 ) -> dict[str, Any]:
     """A small CPU job; the script ConfigMap is at /workspace, `ckpt_dir` (a host directory)
     at /checkpoints."""
-    mounts: list[dict[str, Any]] = [{"name": "script", "mountPath": "/workspace"}]
-    volumes: list[dict[str, Any]] = [{"name": "script", "configMap": {"name": f"{name}-script"}}]
-    if ckpt_dir is not None:
-        mounts.append({"name": "checkpoints", "mountPath": "/checkpoints"})
-        volumes.append(
-            {
-                "name": "checkpoints",
-                "hostPath": {"path": str(ckpt_dir), "type": "DirectoryOrCreate"},
-            }
-        )
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "nodes": nodes,
-            "nprocPerNode": nproc,
+    doc = jobs.job(
+        name,
+        nodes=nodes,
+        nproc=nproc,
+        image=IMAGE,
+        command=command,
+        trainer={"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}},
+        pod={"terminationGracePeriodSeconds": 2, "tolerations": FAST_EVICTION},
+        **{
             "rendezvous": {"joinTimeoutSeconds": 90},
             "failurePolicy": failure_policy or {"maxRestarts": 2, "backoffSeconds": 1},
             **spec,
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "tolerations": FAST_EVICTION,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": IMAGE,
-                            "command": command,
-                            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
-                            "volumeMounts": mounts,
-                        }
-                    ],
-                    "volumes": volumes,
-                }
-            },
         },
-    }
+    )
+    jobs.mount(doc, {"name": "script", "configMap": {"name": f"{name}-script"}}, jobs.WORKSPACE)
+    if ckpt_dir is not None:
+        volume = {"path": str(ckpt_dir), "type": "DirectoryOrCreate"}
+        jobs.mount(doc, {"name": "checkpoints", "hostPath": volume}, "/checkpoints")
+    return doc
 
 
 def train_command(epochs: int, step_sleep: float) -> list[str]:
@@ -255,7 +232,7 @@ def reference_checksum(tmp_path_factory: pytest.TempPathFactory) -> str:
         "1",
         "--nproc-per-node",
         "2",
-        str(SCRIPT),
+        str(SCRIPTS / "train_ddp.py"),
         "--epochs",
         str(EPOCHS),
         "--checkpoint-dir",

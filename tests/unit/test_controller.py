@@ -18,10 +18,13 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import jobs
 import pytest
+import reports
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator import metrics
 from torchrun_operator.controller import Controller
+from torchrun_operator.launcher import launcher as L
 from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -38,27 +41,15 @@ def resp(obj: Obj) -> SimpleNamespace:
 
 
 def make_job(nodes: int = 2, **spec: Any) -> Obj:
-    body: Obj = {
-        "nodes": nodes,
-        "nprocPerNode": 1,
-        "failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0},
-        "template": {
-            "spec": {"containers": [{"name": "trainer", "image": "i", "command": ["python"]}]}
-        },
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {
-            "name": "job",
-            "namespace": "ns",
-            "uid": UID,
-            "generation": 1,
-            "resourceVersion": "1",
-        },
-        "spec": body,
-    }
+    return jobs.job(
+        "job",
+        nodes=nodes,
+        nproc=1,
+        image="i",
+        command=["python"],
+        metadata={"namespace": "ns", "uid": UID, "generation": 1, "resourceVersion": "1"},
+        **{"failurePolicy": {"maxRestarts": 3, "backoffSeconds": 0}, **spec},
+    )
 
 
 class FakeApi:
@@ -210,18 +201,10 @@ def running(ready: bool = True) -> Obj:
 
 
 def user_exception(rank: int) -> str:
-    return json.dumps(
-        {
-            "v": 1,
-            "state": "Failed",
-            "groupRank": 0,
-            "ranks": [rank],
-            "restarts": 0,
-            "failures": [
-                {"rank": rank, "kind": "exception", "error": "RuntimeError: boom", "exitCode": 1}
-            ],
-        }
-    )
+    """The report of a pod whose worker of global rank `rank` raised (just before it ended)."""
+    failed_at = (T0 + timedelta(seconds=4)).timestamp()
+    raised = reports.failure(rank, L.KIND_EXCEPTION, failed_at, "RuntimeError: boom")
+    return reports.report(L.FAILED, [rank], [raised])
 
 
 class Harness:

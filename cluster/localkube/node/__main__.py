@@ -8,7 +8,6 @@ it runs and removes their network namespaces, veths, mounts and created mountpoi
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import signal
@@ -19,35 +18,14 @@ from pathlib import Path
 from . import kapi, runtime
 from .hostpaths import CreatedPaths
 from .nodes import NodeAgent, NodeConfig
+from .options import NodeOptions
 from .pods import Ipam, NodeContext, PodManager
 
 log = logging.getLogger("localkube.node")
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m localkube.node", description=__doc__)
-    p.add_argument("--kubeconfig", required=True)
-    p.add_argument("--state-dir", required=True, type=Path)
-    p.add_argument(
-        "--nodes-json",
-        required=True,
-        help='[{"name":"node-0","cpu":"8","memory":"32Gi","gpus":0,...}]',
-    )
-    p.add_argument("--dns-ip", required=True)
-    p.add_argument("--pod-cidr-base", required=True, type=int)
-    p.add_argument("--api-host", required=True)
-    p.add_argument("--api-port", required=True, type=int)
-    p.add_argument("--ca-file", required=True)
-    p.add_argument("--bridge", required=True)
-    p.add_argument(
-        "--backoff-base",
-        type=float,
-        default=10.0,
-        help="first restart back-off in seconds (doubles, capped)",
-    )
-    p.add_argument("--backoff-cap", type=float, default=300.0)
-    p.add_argument("--log-level", default="INFO")
-    return p.parse_args(argv)
+def parse_args(argv: list[str] | None = None) -> NodeOptions:
+    return NodeOptions.parse(argv, description=__doc__)
 
 
 def main(argv: list[str] | None = None) -> int:

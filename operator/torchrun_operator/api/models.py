@@ -17,8 +17,8 @@ from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from ..launcher import launcher as contract
 from . import launchcmd
-from .names import STATUS_PORT
 from .status_names import Phase, RestartKind
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -49,10 +49,7 @@ MAX_RESTARTS = 1000
 # the paths would hide the launcher, its state or the termination message. /dev/shm is not
 # reserved: the renderer keeps a user's own /dev/shm mount.
 RESERVED_VOLUME_PREFIX = "torchrun-"
-LAUNCHER_DIR = "/opt/torchrun-operator"
-STATE_DIR = "/var/run/torchrun"
-TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-RESERVED_MOUNT_PATHS = (LAUNCHER_DIR, STATE_DIR, TERMINATION_MESSAGE_PATH)
+RESERVED_MOUNT_PATHS = (contract.LAUNCHER_DIR, contract.STATE_DIR, contract.TERMINATION_LOG)
 
 # A Kubernetes quantity: an integer or a string such as "2" or "500m".
 Quantity = int | str
@@ -362,8 +359,8 @@ class Elastic(_Wire):
 
 
 _STATUS_PORT_RESERVED = Rule(
-    f"!has(self.port) || self.port != {STATUS_PORT}",
-    f"rendezvous.port {STATUS_PORT} is the launcher's status port in every training pod "
+    f"!has(self.port) || self.port != {contract.STATUS_PORT}",
+    f"rendezvous.port {contract.STATUS_PORT} is the launcher's status port in every training pod "
     "(docs/pod-contract.md); choose another",
     ".port",
 )
@@ -383,7 +380,7 @@ class Rendezvous(_Wire):
 
     @model_validator(mode="after")
     def _check_port(self) -> Rendezvous:
-        if self.port == STATUS_PORT:
+        if self.port == contract.STATUS_PORT:
             raise ValueError(_STATUS_PORT_RESERVED.message)
         return self
 

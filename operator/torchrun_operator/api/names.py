@@ -20,12 +20,6 @@ LABEL_INDEX = f"{GROUP}/index"
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
 
-# The launcher's read-only status endpoint in every training pod (docs/pod-contract.md): GET
-# /status on the pod IP at this port. rendezvous.port may not take it.
-STATUS_PORT = 29401
-STATUS_PORT_NAME = "torchrun-status"
-STATUS_PATH = "/status"
-
 # Kubernetes limits: DNS-1123/1035 labels (hostnames, Service names) are at most 63 characters.
 MAX_LABEL_LENGTH = 63
 # DNS-1123 subdomains (ConfigMap names) are at most 253.

@@ -1,9 +1,9 @@
 """The live rank map: reads each running training pod's launcher status endpoint.
 
 Training pods have no API access. Their launcher serves what it knows, read-only, at
-`GET http://<pod IP>:29401/status` (docs/pod-contract.md): its node rank, its workers' global
-ranks and the rendezvous round once the agent completed a round, the script's progress, the
-stacks of a stalled pod. This module reads it; the reconciler decides what it means
+`GET http://<pod IP>:29401/status` (the pod contract, docs/pod-contract.md): its node rank, its
+workers' global ranks and the rendezvous round once the agent completed a round, the script's
+progress, the stacks of a stalled pod. This module reads it; the reconciler decides what it means
 (`reconcile(..., live=...)`). I/O and timing only:
 
 * `ReadSchedule` (pure, a clock passed in) decides what to read when. While some pod of a job
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchrun_operator.api import names
+from torchrun_operator.launcher import launcher as contract
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ def rendezvoused(data: Mapping[str, Any] | None) -> bool:
     """Whether an answer shows a completed rendezvous (the pod knows its node rank)."""
     if not data:
         return False
-    return data.get("groupRank") is not None and data.get("state") != "Rendezvous"
+    return data.get("groupRank") is not None and data.get("state") != contract.LIVE_RENDEZVOUS
 
 
 @dataclass
@@ -231,7 +232,7 @@ def _without_time(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def fetch(
-    ip: str, port: int = names.STATUS_PORT, timeout: float = READ_TIMEOUT_SECONDS
+    ip: str, port: int = contract.STATUS_PORT, timeout: float = READ_TIMEOUT_SECONDS
 ) -> dict[str, Any] | None:
     """One GET /status, HTTP/1.0 over a plain socket, everything (connect, request, answer)
     within `timeout` and MAX_ANSWER_BYTES: a pod that answers slowly, a byte at a time, or
@@ -239,7 +240,7 @@ def fetch(
     answers anything but 200 and a JSON object (the answer is untrusted: the reconciler
     checks every field)."""
     deadline = time.monotonic() + timeout
-    request = f"GET {names.STATUS_PATH} HTTP/1.0\r\nHost: status\r\n\r\n"
+    request = f"GET {contract.STATUS_PATH} HTTP/1.0\r\nHost: status\r\n\r\n"
     chunks: list[bytes] = []
     size = 0
     try:

@@ -35,18 +35,39 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final, Literal, TypedDict
 
-SUMMARY_VERSION = 1
+# ==========================================================================================
+# The pod contract (docs/pod-contract.md)
+#
+# Everything the renderer puts into a training pod for the launcher, and everything the
+# launcher hands back to the operator, is named here and nowhere else: render/pod.py,
+# reconcile/ and kube/rankmap.py import these names (`from ..launcher import launcher as
+# contract`). The launcher itself imports nothing of ours, so it still runs as this one file
+# mounted into any image.
+
+# Where the launcher's ConfigMap is mounted, and the launcher's file name in it.
+LAUNCHER_DIR = "/opt/torchrun-operator"
+LAUNCHER_FILE = "launcher.py"
+# The launcher's state dir (an emptyDir) and the files in it the operator relies on.
+STATE_DIR = "/var/run/torchrun"
+READY_FILE = "ready"  # exists while the node trains: the readiness probe cats it
+STALLED_FILE = "stalled"  # the progress watch's marker while readiness is withdrawn
+PROGRESS_FILE = "progress"  # where the renderer points the training script's step counter
+# The termination message: the report below, compact JSON of at most TERMINATION_LIMIT bytes.
+TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-DEFAULT_STATE_DIR = "/var/run/torchrun"
-DEFAULT_DNS_TIMEOUT = 300.0
-DNS_LOG_INTERVAL = 5.0
+SUMMARY_VERSION = 1
+# The read-only status endpoint: GET STATUS_PATH on STATUS_PORT of the pod IP.
+STATUS_PORT = 29401
+STATUS_PORT_NAME = "torchrun-status"
+STATUS_PATH = "/status"
+LIVE_VERSION = 1
 
+# Environment the renderer sets and the launcher reads.
 ENV_STATE_DIR = "TORCHRUN_OPERATOR_STATE_DIR"
 ENV_DNS_TIMEOUT = "TORCHRUN_OPERATOR_DNS_TIMEOUT"
-ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"
+ENV_TERMINATION_LOG = "TORCHRUN_OPERATOR_TERMINATION_LOG"  # tests only: the renderer never sets it
 ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
 ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
 ENV_INDEX = "TORCHRUN_OPERATOR_INDEX"
@@ -54,10 +75,96 @@ ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"  # the index's deprecated name
 ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
 ENV_STATUS_PORT = "TORCHRUN_OPERATOR_STATUS_PORT"
 ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
-DEFAULT_STATUS_PORT = 29401
+
+# States of the report (the termination message).
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
+DNS_TIMEOUT = "DNSTimeout"
+ERROR = "Error"  # a launcher bug or bad arguments
+
+# States of the status endpoint's answer, in the order a launcher goes through them.
+LIVE_STARTING = "Starting"  # launcher up, DNS wait
+LIVE_RENDEZVOUS = "Rendezvous"  # the agent is in a rendezvous round
+LIVE_TRAINING = "Training"  # a round completed: workers run
+LIVE_STALLED = "Stalled"  # the progress watch withdrew readiness
+LIVE_FINISHED = "Finished"  # the report is written
+
+# Failure kinds of one worker, most telling first: the order decides which failure names the
+# exit code and which failures survive when the report must drop some to fit. A communication
+# error is always a consequence of some other failure, so it comes last.
+FailureKind = Literal["exception", "exit", "signal", "comm"]
+KIND_EXCEPTION: Final = "exception"  # the worker recorded an error
+KIND_EXIT: Final = "exit"  # a non-zero exit, nothing recorded
+KIND_SIGNAL: Final = "signal"  # killed by a signal, nothing recorded
+KIND_COMM: Final = "comm"  # the recorded error is a communication failure
+KIND_ORDER: tuple[FailureKind, ...] = (KIND_EXCEPTION, KIND_EXIT, KIND_SIGNAL, KIND_COMM)
+
+
+class FailureRecord(TypedDict):
+    """One failed worker in the report."""
+
+    rank: int  # global rank
+    localRank: int
+    exitCode: int
+    kind: FailureKind
+    error: str
+    at: float  # unix seconds, the worker's own clock when it recorded the error
+
+
+class _SummaryRequired(TypedDict):
+    v: int
+    state: str  # SUCCEEDED, FAILED, RENDEZVOUS_TIMEOUT, DNS_TIMEOUT or ERROR
+    groupRank: int | None  # torchrun's node rank; None when no worker started
+    ranks: list[int]  # this node's workers' global ranks
+    restarts: int  # torchrun's in-pod restarts
+    failures: list[FailureRecord]  # most telling first
+
+
+class Summary(_SummaryRequired, total=False):
+    """The report the launcher writes to the termination message (docs/pod-contract.md)."""
+
+    message: str  # why, when no worker failure says it
+    step: int  # the last step the script wrote to the progress file
+    round: int  # the rendezvous round groupRank and ranks are from
+    omitted: int  # failures dropped to stay under TERMINATION_LIMIT
+
+
+# Errors that say "a peer went away or the network failed" rather than "this code raised": a
+# worker's recorded error or an agent's message. They are consequences of another rank's
+# failure, never the root cause. The operator classifies agent messages with the same list.
+COMM_PATTERNS = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"connection (closed|reset|refused|timed out)",
+        r"closed by peer",
+        r"reset by peer",
+        r"broken pipe",
+        r"\bDist(Network|Backend|Store)Error\b",
+        r"\bRendezvous(Connection|Closed)Error\b",
+        r"connection to the C10d store",
+        r"\bsocket timeout\b",
+        r"gloo.*(timed out|timeout|abort)",
+        r"(timed out|timeout).*gloo",
+        r"\bNCCL\b.*(timed out|timeout|abort|remote|system error|unhandled|error)",
+        r"watchdog caught collective operation timeout",
+        r"ProcessGroupNCCL",
+        r"communicator was aborted",
+        r"\bECONNRESET\b|\bEPIPE\b",
+    )
+]
+
+
+def is_comm_error(text: str) -> bool:
+    return any(p.search(text) for p in COMM_PATTERNS)
+
+
+# End of the pod contract.
+# ==========================================================================================
+
+DEFAULT_DNS_TIMEOUT = 300.0
+DNS_LOG_INTERVAL = 5.0
 DEFAULT_PROGRESS_WINDOW = 60.0
-LIVE_VERSION = 1
-STATUS_PATH = "/status"
 # How long the launcher waits for its workers' stack dumps when training stalls.
 STACK_DUMP_WAIT = 3.0
 # Stack frames in these files mean "waiting in a collective".
@@ -72,53 +179,20 @@ program of every worker, and writes a JSON summary to the termination-message fi
 
 environment:
   {ENV_STATE_DIR}: state dir, holds 'ready' and 'rank-<local rank>.json'
-      (default {DEFAULT_STATE_DIR})
+      (default {STATE_DIR})
   {ENV_DNS_TIMEOUT}: seconds to wait for the rendezvous host to resolve
       (default {DEFAULT_DNS_TIMEOUT:g})
-  {ENV_TERMINATION_LOG}: where the JSON summary goes (default {DEFAULT_TERMINATION_LOG})
+  {ENV_TERMINATION_LOG}: where the JSON summary goes (default {TERMINATION_LOG})
   {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
   {ENV_PROGRESS_TIMEOUT}: optional seconds; when the progress file has not changed for this
       long after rendezvous, 'ready' is removed (the pod turns NotReady) and 'stalled' written
   {ENV_LOCAL_RANK_ARG}: optional --local-rank or --local_rank; each worker's script then gets
       <that>=<LOCAL_RANK> right after it, as torch.distributed.launch passed it
   {ENV_STATUS_PORT}: port of the read-only GET {STATUS_PATH} endpoint (default
-      {DEFAULT_STATUS_PORT}; 0: none)
+      {STATUS_PORT}; 0: none)
   {ENV_PROGRESS_WINDOW}: seconds steps per second and step time are averaged over
       (default {DEFAULT_PROGRESS_WINDOW:g})
 """
-
-# States of the summary (docs/pod-contract.md).
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
-DNS_TIMEOUT = "DNSTimeout"
-ERROR = "Error"
-
-# Failure kinds, most telling first: the order decides which failure names the exit code and
-# which failures survive when the summary must drop some to fit. A communication error is
-# always a consequence of some other failure, so it comes last.
-KIND_ORDER = ("exception", "exit", "signal", "comm")
-
-# Recorded errors that say "a peer went away or the network failed" rather than "this rank's
-# code raised": they are consequences of another rank's failure, never the root cause.
-_COMM_PATTERNS = [
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        r"connection (closed|reset|refused|timed out)",
-        r"closed by peer",
-        r"reset by peer",
-        r"broken pipe",
-        r"\bDist(Network|Backend|Store)Error\b",
-        r"\bsocket timeout\b",
-        r"gloo.*(timed out|timeout|abort)",
-        r"(timed out|timeout).*gloo",
-        r"\bNCCL\b.*(timed out|timeout|abort|remote|system error|unhandled|error)",
-        r"watchdog caught collective operation timeout",
-        r"ProcessGroupNCCL",
-        r"communicator was aborted",
-        r"\bECONNRESET\b|\bEPIPE\b",
-    )
-]
 
 
 # ------------------------------------------------------------------------------------------
@@ -147,21 +221,17 @@ def _fmt(v: Any) -> str:
 # pure helpers: classification, truncation, summary
 
 
-def is_comm_error(text: str) -> bool:
-    return any(p.search(text) for p in _COMM_PATTERNS)
-
-
-def classify_failure(exitcode: int, recorded_error: str | None) -> str:
+def classify_failure(exitcode: int, recorded_error: str | None) -> FailureKind:
     """Kind of one worker failure.
 
     A worker that raised may exit 1 or -6 (unclean gloo/NCCL teardown) at random, so the
     recorded error decides, not the exit code.
     """
     if recorded_error:
-        return "comm" if is_comm_error(recorded_error) else "exception"
+        return KIND_COMM if is_comm_error(recorded_error) else KIND_EXCEPTION
     if exitcode < 0:
-        return "signal"
-    return "exit"
+        return KIND_SIGNAL
+    return KIND_EXIT
 
 
 def truncate_text(text: str, limit: int) -> str:
@@ -192,12 +262,12 @@ def _size(obj: Any) -> int:
 
 
 def failure_sort_key(f: Mapping[str, Any]) -> tuple[int, float, int]:
-    kind = f.get("kind", "exit")
+    kind = f.get("kind", KIND_EXIT)
     order = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
     return (order, float(f.get("at") or 0.0), int(f.get("rank", 0)))
 
 
-def fit_summary(summary: dict[str, Any], limit: int = TERMINATION_LIMIT) -> dict[str, Any]:
+def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> dict[str, Any]:
     """Return a copy of ``summary`` whose compact JSON is at most ``limit`` bytes.
 
     Messages are shortened first (evenly, keeping their tails); only if the bare records still
@@ -260,17 +330,17 @@ def build_summary(
     group_rank: int | None = None,
     ranks: Sequence[int] = (),
     restarts: int = 0,
-    failures: Sequence[Mapping[str, Any]] = (),
+    failures: Sequence[FailureRecord] = (),
     message: str | None = None,
     step: int | None = None,
-) -> dict[str, Any]:
-    summary: dict[str, Any] = {
+) -> Summary:
+    summary: Summary = {
         "v": SUMMARY_VERSION,
         "state": state,
         "groupRank": group_rank,
         "ranks": sorted(int(r) for r in ranks),
         "restarts": int(restarts),
-        "failures": [dict(f) for f in failures],
+        "failures": [f.copy() for f in failures],
     }
     if message:
         summary["message"] = message
@@ -279,7 +349,7 @@ def build_summary(
     return summary
 
 
-def encode_summary(summary: dict[str, Any], limit: int = TERMINATION_LIMIT) -> bytes:
+def encode_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> bytes:
     data = _dumps(fit_summary(summary, limit)).encode("utf-8")
     if len(data) > limit:  # cannot happen unless limit is absurdly small; never emit broken JSON
         data = _dumps({"v": SUMMARY_VERSION, "state": summary.get("state", ERROR)}).encode()
@@ -323,7 +393,7 @@ def failure_record(
     error_file_data: Any,
     fallback_message: str,
     timestamp: float,
-) -> dict[str, Any]:
+) -> FailureRecord:
     recorded = error_text_from_record(error_file_data)
     kind = classify_failure(exitcode, recorded)
     if recorded:
@@ -343,7 +413,7 @@ def failure_record(
     }
 
 
-def exit_code_for(failures: Sequence[Mapping[str, Any]]) -> int:
+def exit_code_for(failures: Sequence[FailureRecord]) -> int:
     if not failures:
         return 1
     root = sorted(failures, key=failure_sort_key)[0]
@@ -437,7 +507,7 @@ def read_step(path: str | None) -> int | None:
 
 
 def state_dir() -> str:
-    return os.environ.get(ENV_STATE_DIR) or DEFAULT_STATE_DIR
+    return os.environ.get(ENV_STATE_DIR) or STATE_DIR
 
 
 def _write_atomic(path: str, data: str) -> None:
@@ -452,7 +522,7 @@ def reset_state_dir(path: str) -> None:
     try:
         os.makedirs(path, exist_ok=True)
         for name in os.listdir(path):
-            if name in ("ready", "stalled") or (
+            if name in (READY_FILE, STALLED_FILE) or (
                 name.startswith(("rank-", "stacks-")) and name.endswith((".json", ".txt"))
             ):
                 os.remove(os.path.join(path, name))
@@ -480,9 +550,28 @@ def read_rank_files(path: str) -> list[dict[str, Any]]:
     return [r for r in records if int(r.get("restartCount", 0)) == last]
 
 
-def write_summary(summary: dict[str, Any]) -> None:
+_summary_lock = threading.Lock()
+_summary_written = threading.Event()
+
+
+def write_summary(summary: Summary) -> None:
+    """The one way a report leaves the launcher, once: later calls (the signal watchdog racing
+    the main thread) do nothing. Adds what only the launcher's state knows (the rendezvous
+    round, why progress stalled), then writes it to the termination message and stdout."""
+    with _summary_lock:
+        if _summary_written.is_set():
+            return
+        _summary_written.set()
+    LIVE.update(state=LIVE_FINISHED)
+    round_ = LIVE.get("round")
+    if summary.get("groupRank") is not None and round_ is not None:
+        summary = {**summary, "round": round_}
+    notes = [m.note for m in _progress if m.note]
+    if notes and summary.get("state") != SUCCEEDED:
+        message = "; ".join([*notes, summary.get("message") or ""]).rstrip("; ")
+        summary = {**summary, "message": message}
     data = encode_summary(summary)
-    path = os.environ.get(ENV_TERMINATION_LOG) or DEFAULT_TERMINATION_LOG
+    path = os.environ.get(ENV_TERMINATION_LOG) or TERMINATION_LOG
     try:
         # open("w") truncates in place: the kubelet bind-mounts this file, so never remove or
         # rename over it.
@@ -557,8 +646,8 @@ class ProgressMonitor:
         on_stall: Callable[[], None] | None = None,
     ) -> None:
         self.on_stall = on_stall  # runs before readiness is withdrawn (the stack dumps)
-        self.ready_path = os.path.join(sdir, "ready")
-        self.stalled_path = os.path.join(sdir, "stalled")
+        self.ready_path = os.path.join(sdir, READY_FILE)
+        self.stalled_path = os.path.join(sdir, STALLED_FILE)
         self.progress_file = progress_file
         self.watch = ProgressWatch(timeout)
         self._ready_text: str | None = None
@@ -738,7 +827,7 @@ class LiveState:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.fields: dict[str, Any] = {"v": LIVE_VERSION, "state": "Starting"}
+        self.fields: dict[str, Any] = {"v": LIVE_VERSION, "state": LIVE_STARTING}
         self.meter: ProgressMeter | None = None
         self.stall: dict[str, Any] | None = None
 
@@ -759,8 +848,8 @@ class LiveState:
     def set_stall(self, stall: dict[str, Any] | None) -> None:
         with self._lock:
             self.stall = stall
-            if self.fields.get("state") in ("Training", "Stalled"):
-                self.fields["state"] = "Stalled" if stall else "Training"
+            if self.fields.get("state") in (LIVE_TRAINING, LIVE_STALLED):
+                self.fields["state"] = LIVE_STALLED if stall else LIVE_TRAINING
 
     def snapshot(self, now: float | None = None) -> dict[str, Any]:
         now = time.time() if now is None else now
@@ -833,10 +922,10 @@ def start_status_server(port: int | None = None) -> _StatusServer | None:
     if port is None:
         raw = os.environ.get(ENV_STATUS_PORT, "")
         try:
-            port = int(raw) if raw else DEFAULT_STATUS_PORT
+            port = int(raw) if raw else STATUS_PORT
         except ValueError:
             log("ignoring invalid status port", value=raw)
-            port = DEFAULT_STATUS_PORT
+            port = STATUS_PORT
     if port <= 0:
         return None
     server: _StatusServer | None = None
@@ -867,7 +956,7 @@ def _patch_rendezvous_reporting() -> None:
         return
 
     def _rendezvous(self: Any, worker_group: Any) -> None:
-        LIVE.update(state="Rendezvous")
+        LIVE.update(state=LIVE_RENDEZVOUS)
         original(self, worker_group)
         try:
             spec = worker_group.spec
@@ -878,7 +967,7 @@ def _patch_rendezvous_reporting() -> None:
             restarts = spec.max_restarts - remaining if isinstance(remaining, int) else None
             ranks = sorted(int(w.global_rank) for w in worker_group.workers)
             LIVE.update(
-                state="Training",
+                state=LIVE_TRAINING,
                 groupRank=int(worker_group.group_rank),
                 groupWorldSize=int(worker_group.group_world_size),
                 ranks=ranks,
@@ -1180,7 +1269,7 @@ def _record_worker_state(sdir: str, stacks: str | None = None) -> None:
         os.makedirs(sdir, exist_ok=True)
         _write_atomic(os.path.join(sdir, f"rank-{local_rank}.json"), _dumps(record))
         # The shim only runs once rendezvous completed: this worker exists => training started.
-        _write_atomic(os.path.join(sdir, "ready"), _dumps(record) + "\n")
+        _write_atomic(os.path.join(sdir, READY_FILE), _dumps(record) + "\n")
     except OSError as e:
         log("cannot write worker state", dir=sdir, error=e)
 
@@ -1264,22 +1353,7 @@ class _Terminated(Exception):
         self.signum = signum
 
 
-_summary_written = threading.Event()
 _python_handler_ran = threading.Event()
-
-
-def _finish(summary: dict[str, Any]) -> None:
-    if _summary_written.is_set():
-        return
-    _summary_written.set()
-    LIVE.update(state="Finished")
-    if summary.get("groupRank") is not None and LIVE.get("round") is not None:
-        summary = {**summary, "round": LIVE.get("round")}
-    notes = [m.note for m in _progress if m.note]
-    if notes and summary.get("state") != SUCCEEDED:
-        summary = {**summary, "message": "; ".join([*notes, str(summary.get("message") or "")])}
-        summary["message"] = summary["message"].rstrip("; ")
-    write_summary(summary)
 
 
 def _early_signal_handler(signum: int, frame: Any) -> None:
@@ -1344,7 +1418,7 @@ def _start_signal_watchdog(grace: float) -> None:
                 reason="main thread unresponsive" if stuck else f"shutdown exceeded {grace:g}s",
             )
             _kill_children()
-            _finish(build_summary(FAILED, message=f"launcher terminated by {sig}"))
+            write_summary(build_summary(FAILED, message=f"launcher terminated by {sig}"))
             os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="signal-watchdog").start()
@@ -1447,8 +1521,15 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
         command=" ".join(cmd),
     )
 
+    # Every way the agent ends comes down to the same report: a state, the failures or a
+    # message, the ranks this node ran (from the workers' rank files, else those torch names)
+    # and the exit code; one place writes it.
+    failures: list[FailureRecord] = []
+    message: str | None = None
+    known_ranks: list[int] = []
     try:
         results = launch_agent(config, entrypoint, entry_args)
+        state, code, known_ranks = SUCCEEDED, 0, list(results or {})
     except ChildFailedError as e:
         failures = [
             failure_record(
@@ -1461,83 +1542,52 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             )
             for grank, pf in e.failures.items()
         ]
-        group_rank, ranks, restarts = _rank_info(sdir, list(e.failures))
+        state, code, known_ranks = FAILED, exit_code_for(failures), list(e.failures)
         for f in sorted(failures, key=failure_sort_key):
+            last_line = f["error"].strip().splitlines()[-1] if f["error"].strip() else ""
             log(
                 "worker failed",
                 rank=f["rank"],
                 local_rank=f["localRank"],
                 exit_code=f["exitCode"],
                 kind=f["kind"],
-                error=truncate_text(
-                    f["error"].strip().splitlines()[-1] if f["error"].strip() else "", 300
-                ),
+                error=truncate_text(last_line, 300),
             )
-        _finish(
-            build_summary(
-                FAILED,
-                group_rank=group_rank,
-                ranks=ranks,
-                restarts=restarts,
-                failures=failures,
-                step=read_step(step_file),
-            )
-        )
-        return exit_code_for(failures)
     except RendezvousTimeoutError as e:
+        state, code = RENDEZVOUS_TIMEOUT, 1
         message = (
             f"rendezvous did not complete in time (join_timeout) at "
             f"{config.rdzv_endpoint}: not all nodes joined" + (f": {e}" if str(e) else "")
         )
         log("rendezvous timed out", endpoint=config.rdzv_endpoint)
         dump_own_stacks("rendezvous timed out")
-        group_rank, ranks, restarts = _rank_info(sdir, [])
-        _finish(
-            build_summary(
-                RENDEZVOUS_TIMEOUT,
-                group_rank=group_rank,
-                ranks=ranks,
-                restarts=restarts,
-                message=message,
-                step=read_step(step_file),
-            )
-        )
-        return 1
     except (RendezvousError, SignalException, _Terminated) as e:
+        state, code = FAILED, 1
         message = f"{type(e).__name__}: {e}"
         if isinstance(e, SignalException):
             message = f"launcher terminated by {e.sigval.name}; workers stopped ({message})"
         log("agent stopped", error=message)
-        group_rank, ranks, restarts = _rank_info(sdir, [])
-        _finish(
-            build_summary(
-                FAILED,
-                group_rank=group_rank,
-                ranks=ranks,
-                restarts=restarts,
-                message=message,
-                step=read_step(step_file),
-            )
-        )
-        return 1
 
-    group_rank, ranks, restarts = _rank_info(sdir, list(results or {}))
-    log(
-        "training succeeded",
-        group_rank=group_rank,
-        ranks=",".join(map(str, ranks)),
-        restarts=restarts,
-    )
-    _finish(
+    group_rank, ranks, restarts = _rank_info(sdir, known_ranks)
+    if state == SUCCEEDED:
+        log(
+            "training succeeded",
+            group_rank=group_rank,
+            ranks=",".join(map(str, ranks)),
+            restarts=restarts,
+        )
+    write_summary(
         build_summary(
-            SUCCEEDED,
+            state,
             group_rank=group_rank,
             ranks=ranks,
             restarts=restarts,
+            failures=failures,
+            message=message,
             step=read_step(step_file),
         )
     )
-    return 0
+    return code
 
 
 def launcher_main(argv: list[str]) -> int:
@@ -1546,7 +1596,7 @@ def launcher_main(argv: list[str]) -> int:
     except ValueError as e:
         sys.stderr.write(USAGE)
         log("bad arguments", error=e)
-        _finish(build_summary(ERROR, message=f"launcher: {e}"))
+        write_summary(build_summary(ERROR, message=f"launcher: {e}"))
         return 2
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -1578,18 +1628,19 @@ def launcher_main(argv: list[str]) -> int:
                     f"publish not-ready addresses?"
                 )
                 log("DNS wait timed out", host=host, timeout=f"{timeout:g}s")
-                _finish(build_summary(DNS_TIMEOUT, message=message))
+                write_summary(build_summary(DNS_TIMEOUT, message=message))
                 return 1
         return run_agent(flags, cmd)
     except _Terminated as e:
         log("terminated before training started", signal=signal.Signals(e.signum).name)
-        _finish(build_summary(FAILED, message=str(e)))
+        write_summary(build_summary(FAILED, message=str(e)))
         return 1
     except Exception as e:  # noqa: BLE001 - a launcher bug must still leave a summary
         tb = traceback.format_exc()
         sys.stderr.write(tb)
         log("launcher error", error=f"{type(e).__name__}: {e}")
-        _finish(build_summary(ERROR, message=f"launcher error: {type(e).__name__}: {e}\n{tb}"))
+        message = f"launcher error: {type(e).__name__}: {e}\n{tb}"
+        write_summary(build_summary(ERROR, message=message))
         return 1
 
 

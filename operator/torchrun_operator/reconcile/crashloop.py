@@ -20,6 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..launcher import launcher as contract
 from .rootcause import Candidate
 
 # Kinds whose cause is outside the job: never a crash loop.
@@ -50,7 +51,7 @@ def signature(cause: Candidate) -> str | None:
     if cause.kind in EXTERNAL_KINDS:
         return None
     out = f"{cause.kind}/{cause.reason}"
-    if cause.exit_code is not None and cause.kind != "exception":
+    if cause.exit_code is not None and cause.kind != contract.KIND_EXCEPTION:
         out += f"/{cause.exit_code}"
     if cause.kind == "stalled" and cause.location:
         out += f": {mask(cause.location)}"

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..api.timefmt import fmt, seconds
+from ..launcher import launcher as contract
 from .observe import Live, PodView, StackSummary
 
 # After every pod is Running, launchers get joinTimeoutSeconds to rendezvous; the margin
@@ -38,7 +39,7 @@ STALL_GRACE_SECONDS = 2 * PROBE_PERIOD_SECONDS
 
 # Launcher reports of pods that took part in the rendezvous: they timed out waiting, or lost
 # the store when its host gave up first.
-ARRIVED_STATES = ("RendezvousTimeout", "Failed")
+ARRIVED_STATES = (contract.RENDEZVOUS_TIMEOUT, contract.FAILED)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def absent_reason(
         return 0, "was never created"
     if pod.ready or pod.phase == "Succeeded":
         return None
-    state = (pod.report or {}).get("state")
+    state = pod.report.get("state") if pod.report else None
     if pod.terminal and state in ARRIVED_STATES:
         return None
     if pod.terminating and not pod.terminal:

@@ -7,22 +7,23 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..api import names
 from ..api.ranks import format_ranks
 from ..api.status_names import RankPhase
 from ..api.timefmt import fmt, parse
+from ..launcher import launcher as contract
 
-TERMINAL = ("Succeeded", "Failed")
+TERMINAL = ("Succeeded", "Failed")  # pod phases
 MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
 
 # Launcher failure kinds as status reasons.
 KIND_REASONS: dict[str, str] = {
-    "exception": "Exception",
-    "signal": "Signal",
-    "comm": "CommunicationError",
-    "exit": "NonZeroExit",
+    contract.KIND_EXCEPTION: "Exception",
+    contract.KIND_SIGNAL: "Signal",
+    contract.KIND_COMM: "CommunicationError",
+    contract.KIND_EXIT: "NonZeroExit",
 }
 
 
@@ -49,8 +50,9 @@ def truncate(text: str | None, limit: int = MAX_MESSAGE) -> str | None:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def parse_report(message: object) -> dict[str, Any] | None:
-    """The launcher's termination-message JSON, or None if missing or garbled."""
+def parse_report(message: object) -> contract.Summary | None:
+    """The launcher's termination-message JSON, or None if missing or garbled. Only its
+    `state` is checked here: its readers check each other field they use."""
     if not isinstance(message, str) or not message.strip():
         return None
     try:
@@ -59,7 +61,7 @@ def parse_report(message: object) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("state"), str):
         return None
-    return data
+    return cast(contract.Summary, data)
 
 
 def _int(value: object) -> int | None:
@@ -91,7 +93,7 @@ class PodView:
     exit_code: int | None
     started_at: object
     finished_at: object
-    report: dict[str, Any] | None
+    report: contract.Summary | None
     disruption: str | None  # reason of a DisruptionTarget=True condition
     ready_since: object = None  # lastTransitionTime of the Ready condition
     uid: str | None = None
@@ -103,7 +105,7 @@ class PodView:
 
     @property
     def global_ranks(self) -> list[int]:
-        ranks = (self.report or {}).get("ranks")
+        ranks = self.report.get("ranks") if self.report else None
         if not isinstance(ranks, list):
             return []
         return [r for r in ranks if isinstance(r, int) and not isinstance(r, bool) and r >= 0]
@@ -215,7 +217,7 @@ def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | N
     if not isinstance(read, Mapping):
         return None
     at, data = _number(read.get("at")), read.get("data")
-    if at is None or not isinstance(data, Mapping) or data.get("v") != 1:
+    if at is None or not isinstance(data, Mapping) or data.get("v") != contract.LIVE_VERSION:
         return None
     if rdzv_id is not None and data.get("rdzvId") not in (None, rdzv_id):
         return None
@@ -284,7 +286,7 @@ def rank_entry(
     """One compact status.ranks entry; unset fields are left out. What the pod knows about
     its rendezvous comes from its launcher's final report, else what its status endpoint said
     (`live`), else what the status said before for the same pod (`before`)."""
-    report = pod.report or {}
+    report: Mapping[str, Any] = pod.report or {}
     same: Mapping[str, Any] = before if before and before.get("pod") == pod.name else {}
     lv = live or Live(at=0.0)
     entry: dict[str, Any] = {"index": index, "pod": pod.name, "node": pod.node}
@@ -312,7 +314,7 @@ def rank_entry(
     entry["exitCode"] = pod.exit_code
     if pod.phase != "Succeeded":
         state = report.get("state")
-        entry["reason"] = state if state and state != "Failed" else pod.reason
+        entry["reason"] = state if state and state != contract.FAILED else pod.reason
         failures = report.get("failures")
         if isinstance(failures, list) and failures and isinstance(failures[0], dict):
             entry["reason"] = KIND_REASONS.get(str(failures[0].get("kind")), entry["reason"])

@@ -8,18 +8,18 @@ recorded exception wins over a signal, a communication error or a bare exit code
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from ..launcher import launcher as contract
 from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate
 
 WINDOW = 5.0
 
+# The launcher's failure kinds, and those only the operator sees.
 Kind = Literal[
-    "exception",
-    "signal",
-    "comm",
-    "exit",
+    contract.FailureKind,
     "rendezvous",
     "launcher",
     "oom",
@@ -53,31 +53,21 @@ def _float(value: object) -> float | None:
     return None
 
 
-def _report_kind(value: object) -> Kind:
-    for kind in ("exception", "signal", "comm"):
+def _report_kind(value: object) -> contract.FailureKind:
+    for kind in contract.KIND_ORDER:
         if value == kind:
             return kind
-    return "exit"
-
-
-# An agent whose peer went away fails with no worker failure of its own, only a message.
-_COMM_MARKERS = (
-    "RendezvousConnectionError",
-    "DistNetworkError",
-    "Connection closed",
-    "Connection reset",
-    "Broken pipe",
-    "connection to the C10d store",
-    "RendezvousClosedError",
-)
+    return contract.KIND_EXIT
 
 
 def _message_kind(message: object) -> Kind | None:
+    """An agent whose peer went away fails with no worker failure of its own, only a
+    message: the launcher's own classifier says whether it is a communication error."""
     text = str(message or "")
-    if any(m in text for m in _COMM_MARKERS):
-        return "comm"
+    if contract.is_comm_error(text):
+        return contract.KIND_COMM
     if "SIGTERM" in text or "signal" in text.lower():
-        return "signal"
+        return contract.KIND_SIGNAL
     return None
 
 
@@ -86,15 +76,15 @@ def _pod_kind(pod: PodView, state: object, message: object = None) -> Kind:
         return "oom"
     if pod.reason == "Evicted" or pod.disruption:
         return "evicted"
-    if state == "Error":
+    if state == contract.ERROR:
         return "launcher"
-    if state == "Failed" and (kind := _message_kind(message)) is not None:
+    if state == contract.FAILED and (kind := _message_kind(message)) is not None:
         return kind
     if pod.exit_code is None:
         return "lost"
     if pod.exit_code >= 128 or pod.exit_code < 0:
-        return "signal"
-    return "exit"
+        return contract.KIND_SIGNAL
+    return contract.KIND_EXIT
 
 
 def _int_or_none(value: object) -> int | None:
@@ -107,10 +97,10 @@ def pod_candidates(
     """Failures of one Failed pod: from the launcher report if it has one, else from the
     pod and container status (OOMKilled, Evicted, a bare exit code)."""
     at = finished if finished is not None else now
-    report = pod.report or {}
+    report: Mapping[str, Any] = pod.report or {}
     state = report.get("state")
     group_rank = _int_or_none(report.get("groupRank"))
-    if state in ("RendezvousTimeout", "DNSTimeout"):
+    if state in (contract.RENDEZVOUS_TIMEOUT, contract.DNS_TIMEOUT):
         return [
             Candidate(
                 node_index,
@@ -146,18 +136,18 @@ def pod_candidates(
         )
     if out:
         return out
-    kind = _pod_kind(pod, state, report.get("message"))
+    pod_kind = _pod_kind(pod, state, report.get("message"))
     reason = (
         pod.disruption
         or pod.reason
-        or ("LauncherError" if kind == "launcher" else _REASONS.get(kind, "PodFailed"))
+        or ("LauncherError" if pod_kind == "launcher" else _REASONS.get(pod_kind, "PodFailed"))
     )
     return [
         Candidate(
             node_index,
             pod.name,
             pod.node,
-            kind,
+            pod_kind,
             reason,
             at,
             exit_code=pod.exit_code,
@@ -189,8 +179,8 @@ def root_cause(candidates: list[Candidate]) -> Candidate:
     # to any other failure in the window, even one stamped later (torchrun stamps a failure
     # without an error file in whole seconds, a recorded error to the millisecond).
     pool = (
-        [c for c in window if c.kind == "exception"]
-        or [c for c in window if c.kind != "comm"]
+        [c for c in window if c.kind == contract.KIND_EXCEPTION]
+        or [c for c in window if c.kind != contract.KIND_COMM]
         or window
     )
     return min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))
@@ -202,8 +192,12 @@ def classify(cause: Candidate, retryable_exit_codes: list[int]) -> Class:
         return "user"
     if cause.exit_code is not None and cause.exit_code in retryable_exit_codes:
         return "infrastructure"
-    if cause.kind == "exception":
+    if cause.kind == contract.KIND_EXCEPTION:
         return "user"
-    if cause.kind == "exit" and cause.exit_code is not None and 1 <= cause.exit_code <= 127:
+    if (
+        cause.kind == contract.KIND_EXIT
+        and cause.exit_code is not None
+        and 1 <= cause.exit_code <= 127
+    ):
         return "user"
     return "infrastructure"

@@ -8,9 +8,10 @@ from importlib import resources
 from typing import Any
 
 from ..api import names
+from ..launcher import launcher as contract
 from .common import child_metadata
 
-LAUNCHER_KEY = "launcher.py"
+LAUNCHER_KEY = contract.LAUNCHER_FILE
 
 
 @cache

@@ -19,9 +19,9 @@ who wants more (Prometheus scraping a trainer, TensorBoard) adds a policy of the
 adds to this one. See docs/security.md.
 
 One more port is admitted from one more peer: the launcher's read-only status endpoint
-(api/names.STATUS_PORT, docs/pod-contract.md), which the operator reads for the live rank map
-and progress, from the operator's own pods (its namespace, and the label the chart gives them)
-and from nothing else, so it too never widens what a cluster allows. An operator that does not
+(the pod contract's STATUS_PORT, docs/pod-contract.md), which the operator reads for the live
+rank map and progress, from the operator's own pods (its namespace, and the label the chart gives
+them) and from nothing else, so it too never widens what a cluster allows. An operator that does not
 know its namespace (it runs outside the cluster) cannot be named by a policy: the rule is left
 out, and reads from outside the pod network are the CNI's business (nodes are admitted).
 """
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import names
+from ..launcher import launcher as contract
 from .common import child_metadata
 from .sizing import job_spec
 
@@ -79,7 +80,7 @@ def render_network_policy(
                         "podSelector": {"matchLabels": dict(operator.labels)},
                     }
                 ],
-                "ports": [{"port": names.STATUS_PORT, "protocol": "TCP"}],
+                "ports": [{"port": contract.STATUS_PORT, "protocol": "TCP"}],
             }
         )
     return {

@@ -6,21 +6,16 @@ import copy
 from typing import Any
 
 from ..api import launchcmd, names
-from ..api.models import (
-    LAUNCHER_DIR,
-    RESERVED_VOLUME_PREFIX,
-    STATE_DIR,
-    TERMINATION_MESSAGE_PATH,
-    JobSpec,
-)
+from ..api.models import RESERVED_VOLUME_PREFIX, JobSpec
+from ..launcher import launcher as contract
 from . import gang, placement
 from .common import child_metadata
-from .configmap import LAUNCHER_KEY, packaged_launcher_digest
+from .configmap import packaged_launcher_digest
 from .sizing import job_spec, nproc_per_node
 
-LAUNCHER_PATH = f"{LAUNCHER_DIR}/{LAUNCHER_KEY}"
-READY_FILE = f"{STATE_DIR}/ready"
-PROGRESS_FILE = f"{STATE_DIR}/progress"
+LAUNCHER_PATH = f"{contract.LAUNCHER_DIR}/{contract.LAUNCHER_FILE}"
+READY_FILE = f"{contract.STATE_DIR}/{contract.READY_FILE}"
+PROGRESS_FILE = f"{contract.STATE_DIR}/{contract.PROGRESS_FILE}"
 
 # The pod runs the launcher only if its bytes hash to the digest the operator rendered: the
 # ConfigMap is owned and immutable, and this check makes a swapped file fail loudly instead of
@@ -41,15 +36,15 @@ VOLUME_STATE = "torchrun-state"
 OWNED_ENV = (
     "PET_LOCAL_ADDR",
     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",
-    "TORCHRUN_OPERATOR_STATE_DIR",
-    "TORCHRUN_OPERATOR_DNS_TIMEOUT",
-    "TORCHRUN_OPERATOR_INDEX",
-    "TORCHRUN_OPERATOR_NODE_RANK",
-    "TORCHRUN_OPERATOR_PROGRESS_FILE",
-    "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT",
-    "TORCHRUN_OPERATOR_PROGRESS_WINDOW",
-    "TORCHRUN_OPERATOR_STATUS_PORT",
-    "TORCHRUN_OPERATOR_LOCAL_RANK_ARG",
+    contract.ENV_STATE_DIR,
+    contract.ENV_DNS_TIMEOUT,
+    contract.ENV_INDEX,
+    contract.ENV_NODE_RANK,
+    contract.ENV_PROGRESS_FILE,
+    contract.ENV_PROGRESS_TIMEOUT,
+    contract.ENV_PROGRESS_WINDOW,
+    contract.ENV_STATUS_PORT,
+    contract.ENV_LOCAL_RANK_ARG,
 )
 # The launcher averages step times over this window unless spec.monitoring.straggler sets one.
 DEFAULT_PROGRESS_WINDOW_SECONDS = 60
@@ -94,22 +89,19 @@ def _window(spec: JobSpec) -> int:
 def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "TORCHRUN_OPERATOR_STATE_DIR", "value": STATE_DIR},
-        {
-            "name": "TORCHRUN_OPERATOR_DNS_TIMEOUT",
-            "value": str(spec.rendezvous.dns_timeout_seconds),
-        },
-        {"name": "TORCHRUN_OPERATOR_INDEX", "value": str(node_index)},
+        {"name": contract.ENV_STATE_DIR, "value": contract.STATE_DIR},
+        {"name": contract.ENV_DNS_TIMEOUT, "value": str(spec.rendezvous.dns_timeout_seconds)},
+        {"name": contract.ENV_INDEX, "value": str(node_index)},
         # Deprecated name of the index (it is not torchrun's node rank), kept for scripts.
-        {"name": "TORCHRUN_OPERATOR_NODE_RANK", "value": str(node_index)},
-        {"name": "TORCHRUN_OPERATOR_PROGRESS_FILE", "value": PROGRESS_FILE},
-        {"name": "TORCHRUN_OPERATOR_PROGRESS_WINDOW", "value": str(_window(spec))},
-        {"name": "TORCHRUN_OPERATOR_STATUS_PORT", "value": str(names.STATUS_PORT)},
+        {"name": contract.ENV_NODE_RANK, "value": str(node_index)},
+        {"name": contract.ENV_PROGRESS_FILE, "value": PROGRESS_FILE},
+        {"name": contract.ENV_PROGRESS_WINDOW, "value": str(_window(spec))},
+        {"name": contract.ENV_STATUS_PORT, "value": str(contract.STATUS_PORT)},
     ]
     timeout = spec.run_policy.progress_timeout_seconds
     if timeout is not None:
         # docs/progress.md: the launcher withdraws readiness when the file stops changing.
-        env.append({"name": "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT", "value": str(timeout)})
+        env.append({"name": contract.ENV_PROGRESS_TIMEOUT, "value": str(timeout)})
     if restarts_possible(spec):
         env.append({"name": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "value": "1"})
     return env
@@ -133,25 +125,22 @@ def _trainer(
     local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
     if local_rank_arg:
         # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.
-        container["env"].append(
-            {"name": "TORCHRUN_OPERATOR_LOCAL_RANK_ARG", "value": local_rank_arg}
-        )
+        container["env"].append({"name": contract.ENV_LOCAL_RANK_ARG, "value": local_rank_arg})
     mounts = list(container.get("volumeMounts") or [])
     paths = {m.get("mountPath") for m in mounts}
     if "/dev/shm" not in paths:
         mounts.append({"name": VOLUME_SHM, "mountPath": "/dev/shm"})
-    mounts.append({"name": VOLUME_LAUNCHER, "mountPath": LAUNCHER_DIR, "readOnly": True})
-    mounts.append({"name": VOLUME_STATE, "mountPath": STATE_DIR})
+    mounts.append({"name": VOLUME_LAUNCHER, "mountPath": contract.LAUNCHER_DIR, "readOnly": True})
+    mounts.append({"name": VOLUME_STATE, "mountPath": contract.STATE_DIR})
     container["volumeMounts"] = mounts
     port = spec.rendezvous.port
     ports = list(container.get("ports") or [])
     if not any(p.get("name") == "c10d" or p.get("containerPort") == port for p in ports):
         ports.append({"name": "c10d", "containerPort": port, "protocol": "TCP"})
-    if not any(p.get("containerPort") == names.STATUS_PORT for p in ports):
+    if not any(p.get("containerPort") == contract.STATUS_PORT for p in ports):
         # The launcher's read-only status endpoint, which the operator reads (pod contract).
-        ports.append(
-            {"name": names.STATUS_PORT_NAME, "containerPort": names.STATUS_PORT, "protocol": "TCP"}
-        )
+        status_port = {"containerPort": contract.STATUS_PORT, "protocol": "TCP"}
+        ports.append({"name": contract.STATUS_PORT_NAME, **status_port})
     container["ports"] = ports
     # Ready means "rendezvous done, training": the launcher creates the file afterwards.
     container["readinessProbe"] = {
@@ -160,7 +149,7 @@ def _trainer(
         "failureThreshold": 1,
     }
     # The launcher's JSON summary; FallbackToLogsOnError would mix log text into it.
-    container["terminationMessagePath"] = TERMINATION_MESSAGE_PATH
+    container["terminationMessagePath"] = contract.TERMINATION_LOG
     container["terminationMessagePolicy"] = "File"
     return container
 

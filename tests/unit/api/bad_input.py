@@ -16,22 +16,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-GOOD: dict[str, Any] = {
-    "apiVersion": "torchrun.dev/v1alpha1",
-    "kind": "DistributedTrainingJob",
-    "metadata": {"name": "bad"},
-    "spec": {
-        "nodes": 2,
-        "nprocPerNode": 2,
-        "template": {
-            "spec": {
-                "containers": [
-                    {"name": "trainer", "image": "pytorch/pytorch", "command": ["python", "t.py"]}
-                ]
-            }
-        },
-    },
-}
+import jobs
+
+GOOD: dict[str, Any] = jobs.job("bad", nproc=2, image="pytorch/pytorch", command=["python", "t.py"])
 
 TRAINER = "spec.template.spec.containers.0"
 DELETE = object()

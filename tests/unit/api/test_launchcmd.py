@@ -9,6 +9,7 @@ import shlex
 from datetime import UTC, datetime
 from typing import Any
 
+import jobs
 import pytest
 from pydantic import ValidationError
 from torchrun_operator.api import launchcmd
@@ -363,12 +364,13 @@ def test_local_rank_arg_field() -> None:
 
 def test_a_conflict_cel_cannot_see_fails_the_job_as_invalid_spec() -> None:
     """CEL checks only the first flags written --flag=value; the reconciler fails the rest."""
-    job = {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-        "spec": spec(["torchrun", "--nproc-per-node", "1", "--nnodes", "2", "t.py"]),
-    }
+    job = jobs.document(
+        "j",
+        spec(["torchrun", "--nproc-per-node", "1", "--nnodes", "2", "t.py"]),
+        namespace="ns",
+        uid="u",
+        generation=1,
+    )
     plan = reconcile(job, [], datetime(2026, 1, 1, tzinfo=UTC))
     assert plan.status["phase"] == "Failed" and plan.create == []
     (failed,) = [c for c in plan.status["conditions"] if c["type"] == "Failed"]

@@ -37,10 +37,13 @@ def test_manifest_is_a_valid_job_with_its_script(name: str) -> None:
     assert (cm["kind"], job["kind"]) == ("ConfigMap", "DistributedTrainingJob")
     assert job["apiVersion"] == "torchrun.dev/v1alpha1"
     spec = JobSpec.model_validate(job["spec"])
-    ((script_name, script_text),) = cm["data"].items()
-    assert script_text == (EXAMPLES / "scripts" / script_name).read_text()
+    # the script, and the module every script imports from its own directory
+    script_name, shared = cm["data"]
+    assert shared == "torchrun_example.py"
+    for file, text in cm["data"].items():
+        assert text == (EXAMPLES / "scripts" / file).read_text()
+        compile(text, file, "exec")
     # the trainer runs the mounted script from the ConfigMap defined next to it
     assert spec.trainer.command == ["python", f"/workspace/{script_name}"]
     volumes = job["spec"]["template"]["spec"]["volumes"]
     assert {"name": "script", "configMap": {"name": cm["metadata"]["name"]}} in volumes
-    compile(script_text, script_name, "exec")

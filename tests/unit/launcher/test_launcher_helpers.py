@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import reports
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torchrun_operator.launcher import launcher as L
@@ -53,6 +54,9 @@ def _record(message: str) -> dict[str, object]:
         (3, None, "exit"),
         (1, "", "exit"),
         (1, "ValueError: loss is nan", "exception"),
+        # an agent's message (the operator classifies those with the same patterns)
+        (1, "RendezvousConnectionError: The connection to the C10d store has failed.", "comm"),
+        (1, "RendezvousClosedError", "comm"),
     ],
 )
 def test_classify_failure(exitcode: int, error: str | None, kind: str) -> None:
@@ -100,8 +104,8 @@ def test_truncate_keeps_exception_line_of_traceback() -> None:
     assert L.truncate_text("short", 300) == "short"
 
 
-def _failure(rank: int, kind: str, error: str, at: float = 1.0) -> dict[str, object]:
-    return {"rank": rank, "localRank": rank, "exitCode": 1, "kind": kind, "error": error, "at": at}
+def _failure(rank: int, kind: L.FailureKind, error: str, at: float = 1.0) -> L.FailureRecord:
+    return reports.failure(rank, kind, at, error, local_rank=rank)
 
 
 def test_huge_message_fits_and_stays_valid_json() -> None:

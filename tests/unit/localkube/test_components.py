@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from localkube import components
 from localkube.components import Layout, NodeSpec, Ports
+from localkube.node.options import NodeOptions
 
 BIN = Path("/bin-dir")
 LAYOUT = Layout(Path("/c"))
@@ -169,3 +171,15 @@ def test_no_workload_gate_before_1_37_where_the_gate_or_api_version_differs(
 )
 def test_parse_minor(text: str, minor: int | None) -> None:
     assert components.parse_minor(text) == minor
+
+
+def test_the_node_reads_what_the_control_plane_writes() -> None:
+    argv = components.node_args(
+        "/py", LAYOUT, [NodeSpec("node-0")], "10.244.0.1", 244, 6443, "lk-x"
+    )
+    options = NodeOptions.parse(argv[3:])
+    assert options.state_dir == Path("/c/node") and options.api_port == 6443
+    assert options.pod_cidr_base == 244 and options.backoff_base == 10.0
+    assert options.argv() == argv[3:]
+    quick = dataclasses.replace(options, backoff_base=0.5, log_level="DEBUG")
+    assert NodeOptions.parse(quick.argv()) == quick

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import jobs
+import reports
+from torchrun_operator.launcher import launcher as contract
 from torchrun_operator.reconcile import Plan, reconcile
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -24,58 +26,23 @@ def iso(seconds: float) -> str:
 def make_job(
     name: str = "job", nodes: int = 2, status: dict[str, Any] | None = None, **spec: Any
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "nodes": nodes,
-        "nprocPerNode": 2,
-        "template": {
-            "spec": {
-                "containers": [{"name": "trainer", "image": "img", "command": ["python", "t.py"]}]
-            }
-        },
-    }
-    body.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "namespace": "ns", "uid": UID, "generation": 1},
-        "spec": body,
-        "status": status or {},
-    }
+    metadata = {"namespace": "ns", "uid": UID, "generation": 1}
+    return jobs.job(
+        name,
+        nodes=nodes,
+        nproc=2,
+        command=["python", "t.py"],
+        metadata=metadata,
+        status=status or {},
+        **spec,
+    )
 
 
-def report(
-    state: str = "Succeeded",
-    ranks: list[int] | None = None,
-    failures: list[dict[str, Any]] | None = None,
-    restarts: int = 0,
-    message: str | None = None,
-    group_rank: int | None = 0,
-    step: int | None = None,
-) -> str:
-    body: dict[str, Any] = {
-        "v": 1,
-        "state": state,
-        "groupRank": group_rank,
-        "ranks": ranks or [],
-        "restarts": restarts,
-        "failures": failures or [],
-    }
-    if message is not None:
-        body["message"] = message
-    if step is not None:
-        body["step"] = step
-    return json.dumps(body)
-
-
-def failure(rank: int, kind: str, t: float, error: str = "", exit_code: int = 1) -> dict[str, Any]:
-    return {
-        "rank": rank,
-        "localRank": 0,
-        "exitCode": exit_code,
-        "kind": kind,
-        "error": error,
-        "at": at(t).timestamp(),
-    }
+def failure(
+    rank: int, kind: contract.FailureKind, t: float, error: str = "", exit_code: int = 1
+) -> contract.FailureRecord:
+    """A failed worker of the launcher's report, `t` seconds after T0."""
+    return reports.failure(rank, kind, at(t).timestamp(), error, exit_code)
 
 
 def set_running(

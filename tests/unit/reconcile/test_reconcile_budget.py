@@ -6,7 +6,8 @@ from __future__ import annotations
 import copy
 import json
 
-from dtj_factory import at, failure, make_job, report, set_terminated, start
+from dtj_factory import at, failure, make_job, set_terminated, start
+from reports import report
 from torchrun_operator.api.models import MAX_NODES, JobStatus
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.budget import STATUS_BUDGET_BYTES, bound, size

@@ -10,13 +10,14 @@ from dtj_factory import (
     drop_terminating,
     failure,
     make_job,
-    report,
     set_running,
     set_terminated,
     start,
     step,
 )
+from reports import report
 from torchrun_operator.api.models import JobStatus
+from torchrun_operator.launcher import launcher as contract
 from torchrun_operator.reconcile import crashloop
 from torchrun_operator.reconcile.rootcause import Candidate
 
@@ -35,7 +36,7 @@ def fail_attempt(
     step_reached: int | None,
     rank: int = 3,
     error: str | None = None,
-    kind: str = "signal",
+    kind: contract.FailureKind = "signal",
     exit_code: int = -9,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every pod of the current attempt fails: `rank` died (a signal by default), the other

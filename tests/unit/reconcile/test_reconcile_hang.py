@@ -6,7 +6,8 @@ import copy
 from typing import Any
 
 import pytest
-from dtj_factory import at, iso, make_job, report, set_running, set_terminated, start, step
+from dtj_factory import at, iso, make_job, set_running, set_terminated, start, step
+from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import hang
 from torchrun_operator.reconcile.observe import view

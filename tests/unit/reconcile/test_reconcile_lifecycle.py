@@ -10,13 +10,13 @@ from dtj_factory import (
     failure,
     iso,
     make_job,
-    report,
     set_deleting,
     set_running,
     set_terminated,
     start,
     step,
 )
+from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.core import MAX_REQUEUE_SECONDS, SETTLE_SECONDS

@@ -1,18 +1,10 @@
 import re
 from typing import Any
 
-from dtj_factory import (
-    apply,
-    at,
-    failure,
-    make_job,
-    report,
-    set_deleting,
-    set_running,
-    set_terminated,
-)
+from dtj_factory import apply, at, failure, make_job, set_deleting, set_running, set_terminated
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
 

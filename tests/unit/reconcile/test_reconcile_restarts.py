@@ -8,10 +8,14 @@ communication error is a consequence, never the cause.
 
 from __future__ import annotations
 
-from dtj_factory import failure, make_job, report, set_terminated, start, step
+from dtj_factory import failure, make_job, set_terminated, start, step
+from reports import report
+from torchrun_operator.launcher import launcher as contract
 
 
-def _two_nodes_fail(kind: str, exit_code: int, retryable: list[int] | None = None) -> dict:
+def _two_nodes_fail(
+    kind: contract.FailureKind, exit_code: int, retryable: list[int] | None = None
+) -> dict:
     policy = {"maxRestarts": 2, "retryableExitCodes": retryable or []}
     job, pods = start(make_job(nodes=2, failurePolicy=policy))
     pods = [

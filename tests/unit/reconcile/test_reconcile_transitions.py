@@ -7,9 +7,9 @@ from typing import Any
 from dtj_factory import (
     apply,
     at,
+    failure,
     iso,
     make_job,
-    report,
     set_running,
     set_terminated,
     start,
@@ -17,6 +17,7 @@ from dtj_factory import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reports import report
 from test_reconcile_properties import ACTIONS, act, jobs
 from torchrun_operator.api.status_names import ConditionType, Phase, RestartKind
 from torchrun_operator.reconcile import conditions, reconcile
@@ -73,7 +74,7 @@ def test_a_gang_restart_is_one_infrastructure_restart_and_times_count_from_it() 
 
 def test_a_user_error_fails_without_a_restart() -> None:
     job, pods = start(make_job(nodes=1))
-    failed = report("Failed", [0, 1], [{"rank": 0, "kind": "exception", "error": "E: x"}])
+    failed = report("Failed", [0, 1], [failure(0, "exception", 11.0, "E: x")])
     pods = [set_terminated(pods[0], 1, failed)]
     plan, _, _ = step(job, pods, 12)
     assert plan.status["phase"] == "Failed"

@@ -5,20 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 import pytest
 from torchrun_operator.render import render_pod
 
 
 def make_job(command: list[str], args: list[str] | None = None, **spec: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "trainer", "image": "img", "command": command}
-    if args is not None:
-        container["args"] = args
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": "train", "namespace": "ml", "uid": "u-1", "generation": 1},
-        "spec": {"nodes": 2, "template": {"spec": {"containers": [container]}}, **spec},
-    }
+    return jobs.job(
+        "train",
+        command=command,
+        trainer={"args": args} if args is not None else None,
+        metadata={"namespace": "ml", "uid": "u-1", "generation": 1},
+        **spec,
+    )
 
 
 def rendered(job: dict[str, Any]) -> tuple[list[str], list[str], dict[str, Any]]:

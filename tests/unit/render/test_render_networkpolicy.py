@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 import pytest
 from kubernetes import client
 from torchrun_operator.api import names
@@ -19,19 +20,14 @@ Obj = dict[str, Any]
 
 
 def make_job(name: str = "train", namespace: str = "ml", **spec: Any) -> Obj:
-    base: Obj = {
-        "nodes": 3,
-        "template": {
-            "spec": {"containers": [{"name": "t", "image": "i", "command": ["python", "x.py"]}]}
-        },
-    }
-    base.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "namespace": namespace, "uid": "u-1"},
-        "spec": base,
-    }
+    return jobs.job(
+        name,
+        **{"nodes": 3, **spec},
+        image="i",
+        command=["python", "x.py"],
+        trainer={"name": "t"},
+        metadata={"namespace": namespace, "uid": "u-1"},
+    )
 
 
 def selects(selector: Obj, labels: dict[str, str]) -> bool:

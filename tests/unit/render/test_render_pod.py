@@ -2,6 +2,7 @@ import copy
 import re
 from typing import Any
 
+import jobs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,21 +21,15 @@ DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def make_job(name: str = "train", **spec: Any) -> dict[str, Any]:
-    container = {
-        "name": "trainer",
-        "image": "pytorch/pytorch:2.5",
-        "command": ["python", "train.py"],
-        "args": ["--epochs", "3"],
-    }
-    container.update(spec.pop("container", {}))
-    base: dict[str, Any] = {"nodes": 2, "template": {"spec": {"containers": [container]}}}
-    base.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "namespace": "ml", "uid": "u-1", "generation": 1},
-        "spec": base,
-    }
+    trainer = {"args": ["--epochs", "3"], **spec.pop("container", {})}
+    return jobs.job(
+        name,
+        image="pytorch/pytorch:2.5",
+        command=["python", "train.py"],
+        trainer=trainer,
+        metadata={"namespace": "ml", "uid": "u-1", "generation": 1},
+        **spec,
+    )
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, Any]:

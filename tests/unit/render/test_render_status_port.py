@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 import pytest
 from kubernetes import client
 from torchrun_operator.api import names
@@ -14,19 +15,14 @@ Obj = dict[str, Any]
 
 
 def make_job(**spec: Any) -> Obj:
-    base: Obj = {
-        "nodes": 3,
-        "template": {
-            "spec": {"containers": [{"name": "t", "image": "i", "command": ["python", "x.py"]}]}
-        },
-    }
-    base.update(spec)
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": "train", "namespace": "ml", "uid": "u-1"},
-        "spec": base,
-    }
+    return jobs.job(
+        "train",
+        **{"nodes": 3, **spec},
+        image="i",
+        command=["python", "x.py"],
+        trainer={"name": "t"},
+        metadata={"namespace": "ml", "uid": "u-1"},
+    )
 
 
 def env(pod: Obj) -> dict[str, Any]:
