@@ -87,3 +87,10 @@ def scripted(name: str, scripts: Mapping[str, str], command: Sequence[str], **kw
     doc = job(name, command=command, **kw)
     volume = {"name": "script", "configMap": {"name": f"{name}-script"}}
     return [configmap(f"{name}-script", scripts), mount(doc, volume, WORKSPACE)]
+
+
+def condition(obj: Mapping[str, Any], type_: str) -> Any:
+    """The condition of that type (a dict), or None: `obj` is a job, a status, or any object
+    with status.conditions (a Kueue Workload)."""
+    status = obj if "conditions" in obj else (obj.get("status") or {})
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)

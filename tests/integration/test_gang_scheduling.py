@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, quick_job, wait_for
+from jobs import condition
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube.components import NodeSpec
@@ -123,11 +124,6 @@ def sleeper(name: str, nodes: int, seconds: int, **spec: Any) -> dict[str, Any]:
 
 def bound(api: client.ApiClient, ns: str, name: str) -> list[Any]:
     return [p for p in job_pods(api, ns, name) if p.spec.node_name]
-
-
-def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    conds = (job.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == type_), None)
 
 
 def dtj_status(cluster: Cluster, ns: str, name: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jobs
 import pytest
 from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
@@ -201,8 +202,8 @@ def workload(kube: client.ApiClient, ns: str, job: str) -> dict[str, Any] | None
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    conds = (obj.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == type_), {})
+    found: dict[str, Any] = jobs.condition(obj, type_) or {}
+    return found
 
 
 def phase(kube: client.ApiClient, ns: str, name: str) -> str | None:

@@ -10,7 +10,6 @@ from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_pods, wait_for, wait
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api import timefmt
-from torchrun_operator.reconcile import conditions
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -58,7 +57,7 @@ def patch_spec(kube: client.ApiClient, ns: str, name: str, spec: dict[str, Any])
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = conditions.get(status.get("conditions") or [], type_)
+    found: dict[str, Any] | None = jobs.condition(status, type_)
     assert found is not None, (type_, status.get("conditions"))
     return found
 

@@ -24,6 +24,7 @@ from dtj import (
     wait_for,
 )
 from dtj import wait_phase as _wait_phase
+from jobs import condition
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api import names
@@ -34,11 +35,6 @@ pytestmark = pytest.mark.usefixtures("operator")
 
 def wait_phase(kube: client.ApiClient, ns: str, name: str, phases: set[str]) -> dict[str, Any]:
     return _wait_phase(kube, ns, name, phases, timeout=180)
-
-
-def condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    conds = (job.get("status") or {}).get("conditions") or []
-    return next((c for c in conds if c["type"] == type_), None)
 
 
 def wait_blocked(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
@@ -90,7 +86,7 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
     core.delete_namespaced_config_map(cm_name, namespace)
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    assert condition(done, "Blocked")["status"] == "False"  # type: ignore[index]
+    assert condition(done, "Blocked")["status"] == "False"
     ours: Any = core.read_namespaced_config_map(cm_name, namespace)
     assert [o.uid for o in ours.metadata.owner_references] == [done["metadata"]["uid"]]
     assert ours.data["launcher.py"] == packaged_launcher()

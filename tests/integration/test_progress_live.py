@@ -12,15 +12,12 @@ from typing import Any
 
 import pytest
 from dtj import apply, get_job, wait_for, wait_phase
+from jobs import condition
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 from test_rankmap import TRAIN, script_job
 
 pytestmark = pytest.mark.usefixtures("operator")
-
-
-def condition(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
 
 
 def test_progress_straggler_and_metrics_while_the_job_runs(
@@ -49,7 +46,7 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
 
     status = wait_for("the Straggler condition", straggling, timeout=150)
     slow = next(r for r in status["ranks"] if r.get("globalRanks") == "1")
-    message = condition(status, "Straggler")["message"]  # type: ignore[index]
+    message = condition(status, "Straggler")["message"]
     assert f"pod {slow['pod']} (index {slow['index']}, node rank {slow['nodeRank']}" in message
     others = [r["pod"] for r in status["ranks"] if r["pod"] != slow["pod"]]
     assert not any(f"pod {p} " in message for p in others), message

@@ -15,6 +15,7 @@ from dtj_factory import (
     start,
     step,
 )
+from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.launcher import launcher as contract
@@ -23,10 +24,6 @@ from torchrun_operator.reconcile.rootcause import Candidate
 
 POLICY = {"maxRestarts": 5, "backoffSeconds": 0}
 KILLED = "Signal 9 (SIGKILL) received by PID {pid}"
-
-
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 def fail_attempt(
@@ -104,7 +101,7 @@ def test_a_restart_that_got_further_restarts_again() -> None:
     assert [r["step"] for r in st["restarts"]] == [120, 121]
     # ... and the next one is judged against 121.
     job, _ = fail_attempt(job, pods, 80, step_reached=121)
-    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"  # type: ignore[index]
+    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"
 
 
 def test_another_error_is_not_a_crash_loop() -> None:
@@ -145,7 +142,7 @@ def test_with_the_budget_spent_a_crash_loop_still_says_so() -> None:
     job, pods = first_attempt(maxRestarts=1)
     job, pods = fail_attempt(job, pods, 10, step_reached=5)
     job, _ = fail_attempt(job, pods, 40, step_reached=5)
-    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"  # type: ignore[index]
+    assert cond(job["status"], "Failed")["reason"] == "CrashLoopNoProgress"
 
 
 def test_lost_pods_are_never_a_crash_loop() -> None:

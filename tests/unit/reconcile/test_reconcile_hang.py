@@ -7,14 +7,11 @@ from typing import Any
 
 import pytest
 from dtj_factory import at, iso, make_job, set_running, set_terminated, start, step
+from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import hang
 from torchrun_operator.reconcile.observe import view
-
-
-def cond(status: dict[str, Any], type_: str) -> Any:  # the condition, or None
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 def unschedulable(pod: dict[str, Any]) -> dict[str, Any]:

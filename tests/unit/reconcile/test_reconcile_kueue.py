@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from dtj_factory import UID, apply, at, drop_terminating, make_job, set_running
+from jobs import condition as cond
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.admission import (
     Admission,
@@ -23,10 +24,6 @@ def queued_job(**spec: Any) -> dict[str, Any]:
     job = make_job(**spec)
     job["metadata"]["labels"] = dict(QUEUE)
     return job
-
-
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    return next(c for c in status.get("conditions") or [] if c["type"] == type_)
 
 
 def workload(

@@ -16,14 +16,11 @@ from dtj_factory import (
     start,
     step,
 )
+from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.core import MAX_REQUEUE_SECONDS, SETTLE_SECONDS
-
-
-def cond(status: dict[str, Any], type_: str) -> Any:  # the condition, or None
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 def reasons(plan: Any) -> list[str]:

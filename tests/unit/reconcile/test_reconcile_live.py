@@ -8,13 +8,10 @@ from typing import Any
 
 import pytest
 from dtj_factory import UID, at, iso, make_job, set_running, set_terminated, start, step
+from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
-
-
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions", []) if c["type"] == type_), None)
 
 
 def with_uid(pod: dict[str, Any], ready: bool = True, t: float = 1) -> dict[str, Any]:
@@ -278,7 +275,7 @@ def test_two_pods_the_faster_is_the_yardstick() -> None:
         1: answer(1, 1, [2, 3], progress={**progress(10, 2.0, 5), "stepSeconds": 1.5}),
     }
     st = reconcile(job, pods, at(6), live=live_for(pods, answers)).status
-    assert cond(st, "Straggler")["status"] == "True"  # type: ignore[index]
+    assert cond(st, "Straggler")["status"] == "True"
 
 
 # ---- a stall names the rank that is not inside a collective --------------------------------
@@ -288,7 +285,7 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
     spec = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}}
     job, pods = running_job(nodes=2, **spec)
     plan, job, pods = step(job, pods, 5)  # rendezvous done at 5
-    assert cond(plan.status, "RendezvousDone")["status"] == "True"  # type: ignore[index]
+    assert cond(plan.status, "RendezvousDone")["status"] == "True"
     quiet = []
     for p in pods:
         p = copy.deepcopy(p)

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from dtj_factory import make_job, set_running, start, step
+from jobs import condition as cond
 
 
 def unschedulable(pod: dict[str, Any], message: str) -> dict[str, Any]:
@@ -23,10 +24,6 @@ def unschedulable(pod: dict[str, Any], message: str) -> dict[str, Any]:
         ],
     }
     return pod
-
-
-def cond(status: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c["type"] == type_), None)
 
 
 def test_status_names_the_attempts_gang_before_pods_exist() -> None:
