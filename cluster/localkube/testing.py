@@ -6,15 +6,21 @@ from __future__ import annotations
 import os
 import random
 import re
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from localkube import network
+
+if TYPE_CHECKING:
+    from localkube.controlplane import Cluster
 
 
 def use_external_cluster() -> bool:
@@ -75,6 +81,26 @@ def pick_base(candidates: range = range(200, 255)) -> int:
     if not free:
         raise RuntimeError("no free 10.x.0.0/16 for a local cluster")
     return random.choice(free)
+
+
+@contextmanager
+def started_cluster(prefix: str, timeout: float, **kwargs: Any) -> Iterator[Cluster]:
+    """A local cluster for a test session or module, in a fresh directory, on a free subnet;
+    its components die with the test process. A failure to start raises with the failing
+    component's log tail. Stopped and removed afterwards (LOCALKUBE_KEEP_LOGS=1 keeps the
+    directory, logs under DIR/logs). `kwargs`: Cluster's (name, nodes, real_nodes, ...)."""
+    from localkube.controlplane import Cluster
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    kwargs.setdefault("base", pick_base())
+    c = Cluster(tmp, die_with_parent=True, **kwargs)
+    c.up(timeout=timeout)
+    try:
+        yield c
+    finally:
+        c.down()
+        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def namespace_name(test_name: str) -> str:

@@ -13,8 +13,6 @@ LOCALKUBE_KEEP_LOGS=1 keeps the cluster directory (logs under DIR/logs) after th
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from localkube.testing import (
     ExternalCluster,
     create_namespace,
     namespace_name,
-    pick_base,
+    started_cluster,
     unique_cluster_name,
     use_external_cluster,
 )
@@ -62,22 +60,13 @@ def cluster() -> Iterator[Cluster | ExternalCluster]:
     if use_external_cluster():
         yield ExternalCluster(Path(os.environ["KUBECONFIG"]))
         return
-    tmp = Path(tempfile.mkdtemp(prefix="localkube-"))
     # Without the process node (not yet written, or broken on import) there are no nodes:
     # tests that need pods fail on their own, the control plane's tests still run.
     nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0) if node_package_available() else []
-    c = Cluster(
-        tmp, name=unique_cluster_name(), base=pick_base(), nodes=nodes, die_with_parent=True
-    )
     # A failure raises with the failing component's log tail: every test using the cluster
     # errors with it (pytest caches a session fixture's error), none is skipped.
-    c.up(timeout=180)
-    try:
+    with started_cluster("localkube-", 180, name=unique_cluster_name(), nodes=nodes) as c:
         yield c
-    finally:
-        c.down()
-        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -156,3 +156,18 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+
+def dtj_status(cluster: Any, ns: str, name: str) -> str:
+    """`kubectl dtj status` as a user runs it, against `cluster` (its kubeconfig)."""
+    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "torchrun_operator.cli.main", "status", name, "-n", ns],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

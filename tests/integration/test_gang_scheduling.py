@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +18,21 @@ from typing import Any
 
 import pytest
 import yaml
-from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, quick_job, wait_for
+from dtj import (
+    OperatorProcess,
+    create_job,
+    dtj_status,
+    get_job,
+    job_pods,
+    quick_job,
+    wait_for,
+)
 from jobs import condition
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube.components import NodeSpec
 from localkube.controlplane import Cluster
-from localkube.testing import create_namespace, namespace_name, pick_base
+from localkube.testing import create_namespace, namespace_name, started_cluster
 from operator_fixtures import install_crd
 
 pytestmark = pytest.mark.localkube
@@ -49,16 +53,8 @@ GROUPS = {
 
 @pytest.fixture(scope="module")
 def gang_cluster() -> Iterator[Cluster]:
-    tmp = Path(tempfile.mkdtemp(prefix="localkube-gang-"))
-    c = Cluster(tmp, name=f"g{os.getpid()}"[:12], base=pick_base(), nodes=NODES)
-    c.die_with_parent = True
-    c.up(timeout=180)
-    try:
+    with started_cluster("localkube-gang-", 180, name=f"g{os.getpid()}"[:12], nodes=NODES) as c:
         yield c
-    finally:
-        c.down()
-        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -124,20 +120,6 @@ def sleeper(name: str, nodes: int, seconds: int, **spec: Any) -> dict[str, Any]:
 
 def bound(api: client.ApiClient, ns: str, name: str) -> list[Any]:
     return [p for p in job_pods(api, ns, name) if p.spec.node_name]
-
-
-def dtj_status(cluster: Cluster, ns: str, name: str) -> str:
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
-    out = subprocess.run(
-        [sys.executable, "-m", "torchrun_operator.cli.main", "status", name, "-n", ns],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def told_or_bound(core: client.CoreV1Api, ns: str, name: str) -> bool:

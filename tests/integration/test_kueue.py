@@ -8,9 +8,6 @@ would act on every job).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,15 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import REPO, OperatorProcess, create_job, get_job, job_pods, wait_for, wait_phase
+from dtj import (
+    OperatorProcess,
+    create_job,
+    dtj_status,
+    get_job,
+    job_pods,
+    wait_for,
+    wait_phase,
+)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube.kueue import Kueue
@@ -208,20 +213,6 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 def phase(kube: client.ApiClient, ns: str, name: str) -> str | None:
     return (get_job(kube, ns, name).get("status") or {}).get("phase")
-
-
-def dtj_status(cluster: Any, ns: str, name: str) -> str:
-    env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-m", "torchrun_operator.cli.main", "status", name, "-n", ns],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 @pytest.mark.usefixtures("kueue_operator")

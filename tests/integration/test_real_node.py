@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +35,7 @@ from kubernetes import client, config, watch
 from localkube.components import NodeSpec
 from localkube.controlplane import Cluster, find_bin_dir
 from localkube.realnode import NODE_KIND_LABEL, REAL, RealNodeSpec
-from localkube.testing import create_namespace, pick_base
+from localkube.testing import create_namespace, started_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.localkube]
 
@@ -83,24 +81,16 @@ def images(docker_engine: None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(images: list[str]) -> Iterator[Cluster]:
-    tmp = Path(tempfile.mkdtemp(prefix="localkube-rn-"))
-    c = Cluster(
-        tmp,
+    with started_cluster(
+        "localkube-rn-",
+        900,
         name=f"rn{os.getpid()}"[:12],
-        base=pick_base(),
         # A process node beside the real one: both kinds of pods on one pod network.
         nodes=[NodeSpec("node-0")],
         real_nodes=[RealNodeSpec("real-0")],
         images=images,
-        die_with_parent=True,
-    )
-    c.up(timeout=900)
-    try:
+    ) as c:
         yield c
-    finally:
-        c.down()
-        if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
