@@ -28,6 +28,7 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
+from torchrun_operator.kube.client import api_message
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
 from torchrun_operator.kube.podwatch import PodWatcher
@@ -95,16 +96,6 @@ def _int_rv(value: object) -> int | None:
         return int(str(value))
     except ValueError:
         return None
-
-
-def api_message(e: ApiException) -> str:
-    """The apiserver's own words from an error (its Status message), else the reason."""
-    try:
-        body = json.loads(e.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or e.reason or e.status)
 
 
 class _Gone(Exception):

@@ -8,12 +8,14 @@ which no liveness probe notices.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator.kube import faults
 
@@ -104,3 +106,13 @@ def load(env: Mapping[str, str] = os.environ) -> ApiClient:
             len(injector.rules),
         )
     return ApiClient(cfg, injector=injector)
+
+
+def api_message(e: ApiException) -> str:
+    """The apiserver's own words from an error (its Status message), else the reason."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or e.reason or e.status)

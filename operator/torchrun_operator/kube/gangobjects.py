@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator import metrics
 from torchrun_operator.api import names
+from torchrun_operator.kube.client import api_message
 from torchrun_operator.render.gang import KINDS, Kind, render_gang
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class GangObjects:
             except ApiException as e:
                 what = f"{kind.plural}.{kind.group}"
                 raise GangRefused(
-                    f"cleaning up {what} of earlier attempts refused ({e.status}): {_message(e)}"
+                    f"cleaning up {what} of earlier attempts refused ({e.status}): {api_message(e)}"
                 ) from e
         self._done[uid] = key
 
@@ -82,11 +83,11 @@ class GangObjects:
         except ApiException as e:
             metrics.count_api_call("create", kind.kind.lower(), e.status or 0)
             if e.status != 409:
-                raise GangRefused(f"creating {what} refused ({e.status}): {_message(e)}") from e
+                raise GangRefused(f"creating {what} refused ({e.status}): {api_message(e)}") from e
         try:
             existing = self._get(ns, kind, name)
         except ApiException as e:
-            raise GangRefused(f"reading {what} refused ({e.status}): {_message(e)}") from e
+            raise GangRefused(f"reading {what} refused ({e.status}): {api_message(e)}") from e
         if existing is not None and _controller_uid(existing) != uid:
             raise GangRefused(f"{what} exists and is not this job's; delete or rename it")
 
@@ -130,12 +131,3 @@ class GangObjects:
                 metrics.count_api_call("delete", kind.kind.lower(), e.status or 0)
                 if e.status not in (404, 409):
                     raise
-
-
-def _message(e: ApiException) -> str:
-    try:
-        body = json.loads(e.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or e.reason or e.status)
