@@ -249,12 +249,14 @@ def test_headless_service_dns_between_pods(cluster: Any, core: Core, namespace: 
     assert "GOT ping from a" in log_of(cluster, ns, "b")
 
 
+# torchrun runs its workers unbuffered (python -u), where print() writes the text and the
+# newline separately: two ranks of one pod printing at once can share a line. One write each.
 ALLREDUCE = """
-import torch, torch.distributed as dist
+import sys, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print(f"RANK {dist.get_rank()} WORLD {dist.get_world_size()} SUM {t.item():g}", flush=True)
+sys.stdout.write(f"RANK {dist.get_rank()} WORLD {dist.get_world_size()} SUM {t.item():g}\\n")
 dist.destroy_process_group()
 """
 
