@@ -38,7 +38,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parents[1] / "operator"), str(HERE.parents[1] / "cluster")]
+# As pytest's rootdir conftest does: the shared test helpers (tests/jobs.py) and our packages.
+sys.path[:0] = [
+    str(HERE),
+    str(HERE.parent),
+    str(HERE.parents[1] / "operator"),
+    str(HERE.parents[1] / "cluster"),
+]
 
 from dtj import (  # noqa: E402
     GROUP,

@@ -422,7 +422,8 @@ def test_readiness_probe_and_restart_on_failure(cluster: Any, core: Core, namesp
     cs = p["status"]["containerStatuses"][0]
     assert p["status"]["phase"] == "Running"
     assert cs["lastState"]["terminated"]["exitCode"] == 1
-    assert "crashing" in log_of(cluster, ns, "crashy")
+    # The log is read while the container may be starting again: its next run writes it anew.
+    wait_for("crashy's log", lambda: "crashing" in log_of(cluster, ns, "crashy"), timeout=20)
 
 
 def test_lost_node_goes_not_ready_and_its_pods_are_evicted(
