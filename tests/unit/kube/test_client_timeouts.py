@@ -1,8 +1,13 @@
 """Every request our ApiClient sends carries a client-side timeout, unless the caller set one."""
 
+import json
+from typing import Any
+
+import pytest
 from fake_transport import FakeTransport, api
 from kubernetes import client, watch
 from torchrun_operator.kube import client as kclient
+from torchrun_operator.kube.podwatch import RawWatch
 
 
 def test_every_request_gets_the_default_timeout() -> None:
@@ -34,3 +39,18 @@ def test_a_watch_gets_a_timeout_longer_than_its_server_side_one() -> None:
     connect, read = t.sent[0].timeout
     assert connect == kclient.CONNECT_TIMEOUT_SECONDS
     assert read > kclient.WATCH_TIMEOUT_SECONDS
+
+
+def test_the_pod_watch_hands_out_the_decoded_json_without_building_models(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pod = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"}}
+    lines = [{"type": "ADDED", "object": pod}, {"type": "DELETED", "object": pod}]
+    t = FakeTransport(body=b"".join(json.dumps(e).encode() + b"\n" for e in lines))
+    core = client.CoreV1Api(api(t))
+    built: list[Any] = []
+    # The client's Watch builds models with an ApiClient of its own: count them all.
+    monkeypatch.setattr(client.ApiClient, "deserialize", lambda *a, **kw: built.append(a))
+    events = list(RawWatch().stream(core.list_namespaced_pod, "ns", timeout_seconds=5))
+    assert [(e["type"], e["raw_object"]) for e in events] == [("ADDED", pod), ("DELETED", pod)]
+    assert built == []  # no V1Pod was made, nor any JSON encoded again to make one
