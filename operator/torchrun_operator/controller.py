@@ -27,7 +27,7 @@ from torchrun_operator import metrics
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
-from torchrun_operator.kube.cache import JobCache, JobKey, PodCache
+from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, slim_pod
 from torchrun_operator.kube.client import api_message
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
@@ -134,7 +134,7 @@ class Controller:
         ns = operator_namespace or os.environ.get("POD_NAMESPACE")
         self._operator_peer = OperatorPeer(ns) if ns else None
         self.jobs = JobCache()
-        self.pods = PodCache()
+        self.pods = PodCache(keep=slim_pod)
         self.queue = WorkQueue()
         self._namespaces = namespaces or [None]  # type: ignore[list-item]
         self._workers = workers

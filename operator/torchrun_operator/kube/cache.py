@@ -8,6 +8,7 @@ created would see that pod missing and take it for a pod deleted by someone else
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
@@ -56,10 +57,39 @@ class JobCache:
             return list(self._jobs)
 
 
+# What the operator reads of a pod (reconcile/observe.py, kube/rankmap.py, the controller's
+# ownership and uid checks). A pod as the API sends it is mostly what it does not read: the
+# spec (containers, env, volumes) and managedFields, several kilobytes each, times every pod.
+POD_METADATA_KEPT = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences",
+    "creationTimestamp", "deletionTimestamp",
+)  # fmt: skip
+POD_SPEC_KEPT = ("nodeName",)
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """The parts of a pod the operator reads (metadata it decides by, spec.nodeName, the
+    whole status), so a cache of thousands of pods holds what it needs and no more."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    out: Obj = {
+        "metadata": {k: meta[k] for k in POD_METADATA_KEPT if k in meta},
+        "spec": {k: spec[k] for k in POD_SPEC_KEPT if k in spec},
+    }
+    for k in ("kind", "apiVersion", "status"):
+        if k in pod:
+            out[k] = pod[k]
+    return out
+
+
 class PodCache:
-    def __init__(self) -> None:
+    """Objects of our jobs by job and name. `keep` trims each object as it is stored
+    (slim_pod for pods); by default objects are kept whole (Workloads)."""
+
+    def __init__(self, keep: Callable[[Obj], Obj] | None = None) -> None:
         self._lock = threading.Lock()
         self._by_job: dict[JobKey, dict[str, Obj]] = {}
+        self._keep = keep or (lambda obj: obj)
 
     @staticmethod
     def job_key(pod: Obj) -> JobKey | None:
@@ -72,6 +102,7 @@ class PodCache:
         if key is None:
             return None
         name = pod["metadata"]["name"]
+        pod = self._keep(pod)
         with self._lock:
             pods = self._by_job.setdefault(key, {})
             if is_newer(pod, pods.get(name)):
@@ -90,7 +121,7 @@ class PodCache:
             old = self._by_job.get(key, {}).get(meta["name"])
             same = old is not None and old["metadata"].get("uid") == meta.get("uid")
             if same and is_newer(pod, old):
-                self._by_job[key][meta["name"]] = pod
+                self._by_job[key][meta["name"]] = self._keep(pod)
 
     def remove(self, pod: Obj) -> JobKey | None:
         key = self.job_key(pod)
@@ -113,7 +144,7 @@ class PodCache:
         for pod in pods:
             key = self.job_key(pod)
             if key is not None:
-                fresh.setdefault(key, {})[pod["metadata"]["name"]] = pod
+                fresh.setdefault(key, {})[pod["metadata"]["name"]] = self._keep(pod)
         with self._lock:
             touched = set(self._by_job) | set(fresh)
             self._by_job = fresh

@@ -1,0 +1,66 @@
+"""The pod cache keeps only what the operator reads of a pod, and nothing it reads is lost."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jobs
+import reports
+from torchrun_operator.kube.cache import PodCache, slim_pod
+from torchrun_operator.kube.rankmap import targets_of
+from torchrun_operator.reconcile.admission import pods_left
+from torchrun_operator.reconcile.observe import view
+from torchrun_operator.render import render_pod
+
+
+def api_pod(phase: str, *, failed: bool = False) -> dict[str, Any]:
+    """A rendered pod as the API returns it: defaults, managedFields, a status."""
+    job = jobs.job("big", nodes=4, metadata={"namespace": "ns", "uid": "job-uid"})
+    pod = copy.deepcopy(render_pod(job, 1, 0))
+    pod["metadata"].update(
+        namespace="ns",
+        uid="pod-uid",
+        resourceVersion="42",
+        creationTimestamp="2026-11-26T10:00:00Z",
+        managedFields=[{"manager": "torchrun-operator", "fieldsV1": {"f:spec": {}}}],
+    )
+    pod["spec"]["nodeName"] = "node-7"
+    term = {"exitCode": 1, "reason": "Error", "message": reports.report("Failed", ranks=[4, 5])}
+    state = {"terminated": term} if failed else {"running": {"startedAt": "2026-11-26T10:00:05Z"}}
+    pod["status"] = {
+        "phase": phase,
+        "podIP": "10.1.2.3",
+        "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-26T10:00:06Z"}
+        ],
+        "containerStatuses": [{"name": "trainer", "state": state}],
+    }
+    return pod
+
+
+def test_every_reader_sees_the_same_pod_through_the_slim_cache() -> None:
+    for pod in (api_pod("Running"), api_pod("Failed", failed=True)):
+        c = PodCache(keep=slim_pod)
+        key = c.put(copy.deepcopy(pod))
+        assert key is not None
+        (kept,) = c.pods(key)
+        assert view(kept, "trainer") == view(pod, "trainer")
+        assert targets_of([kept], 0) == targets_of([pod], 0)
+        assert pods_left([kept], "job-uid") == pods_left([pod], "job-uid") == 1
+        assert kept["metadata"]["uid"] == "pod-uid"
+
+
+def test_the_slim_pod_is_a_fraction_of_the_api_object() -> None:
+    pod = api_pod("Running")
+    slim = slim_pod(pod)
+    assert "managedFields" not in slim["metadata"] and "containers" not in slim["spec"]
+    assert len(json.dumps(slim)) < len(json.dumps(pod)) / 3
+
+
+def test_objects_are_kept_whole_by_default() -> None:
+    pod = api_pod("Running")
+    c = PodCache()
+    key = c.put(pod)
+    assert key is not None and c.pods(key) == [pod]
