@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -39,6 +40,9 @@ FAKE_NODE = "kwok.x-k8s.io/node"
 USERS = {OURS: "bench-torchrun-operator", KUBEFLOW: "bench-training-operator"}
 DIRECT_USER = "bench-direct-client"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+# py-spy's sampling rate (Hz) for --profile: enough samples in a one-minute run, and light
+# enough (it reads the process's memory from outside) not to slow the operator it measures.
+PROFILE_RATE = 97
 
 
 class BenchError(RuntimeError):
@@ -345,6 +349,10 @@ class OperatorProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.cpu0 = 0.0
+        # --profile: a folder for py-spy's collapsed stacks, one file per run (Python only).
+        self.profile_dir: Path | None = None
+        self.profile_label = ""
+        self._spy: subprocess.Popen[bytes] | None = None
 
     @property
     def user(self) -> str:
@@ -378,6 +386,19 @@ class OperatorProc:
         wait(f"{self.kind} ready", up, 120)
         time.sleep(1.0)  # its informers list and settle
         self.cpu0 = proc_cpu_seconds(self.proc.pid)
+        if self.profile_dir is not None:
+            out = self.profile_dir / f"{self.profile_label}.txt"
+            self._spy = start_profiler(self.proc.pid, out)
+
+    def stop_profiler(self) -> None:
+        """Ends the run's profile: py-spy writes its file when interrupted."""
+        if self._spy is not None and self._spy.poll() is None:
+            self._spy.send_signal(2)
+            try:
+                self._spy.wait(30)
+            except subprocess.TimeoutExpired:
+                self._spy.kill()
+        self._spy = None
 
     def usage(self) -> tuple[float, float]:
         """CPU seconds since start() returned, and peak RSS (MiB) of the whole process life."""
@@ -385,9 +406,24 @@ class OperatorProc:
         return proc_cpu_seconds(self.proc.pid) - self.cpu0, proc_peak_rss_mib(self.proc.pid)
 
     def stop(self) -> None:
+        self.stop_profiler()
         if self.proc is not None and self.proc.poll() is None:
             procs.stop(self.proc.pid, grace=10)
             self.proc.wait()
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy attached to `pid`, writing collapsed stacks (one line per stack and its sample
+    count) to `out` when it stops. `--gil`: only the thread holding the GIL is sampled, so
+    the samples are where the interpreter's CPU goes, not threads blocked in I/O or waits."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(spy).exists():
+        raise BenchError("--profile needs py-spy (pip install py-spy)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv = [spy, "record", "--pid", str(pid), "--rate", str(PROFILE_RATE), "--format", "raw",
+            "--gil", "--threads", "--output", str(out)]  # fmt: skip
+    with open(f"{out}.log", "wb") as log:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
 
 
 class Ours(OperatorProc):

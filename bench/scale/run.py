@@ -141,6 +141,7 @@ class Bench:
         rec.start()
         op = self.ops.get(kind)
         if op is not None:
+            op.profile_label = w.name
             op.start()
         offset = self.audit.offset()
         names = w.job_names()
@@ -189,6 +190,7 @@ class Bench:
         out: dict[str, Any] = {}
         if op is not None:
             cpu, rss = op.usage()
+            op.stop_profiler()
             op.stop()
             requests = self.audit.count(op.user, t0, t_end, offset)
             out.update(
@@ -318,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readme", type=Path, help="update this README's scale section")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--render", type=Path, help="run nothing: rebuild --readme from this JSON")
+    p.add_argument("--profile", type=Path, help="py-spy our operator in every run; stacks here")
     args = p.parse_args(argv)
     if args.render:
         data = json.loads(args.render.read_text())
@@ -350,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     failed: str | None = None
     try:
         bench.up(max(w.pods for w in workloads))
+        if args.profile is not None and OURS in bench.ops:
+            bench.ops[OURS].profile_dir = args.profile.resolve()
         for w in workloads:
             for kind in kinds:
                 log(f"{w.name} ({w.jobs} x {w.nodes}): {kind} ...")
