@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import os
 import socket
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -38,6 +38,18 @@ class Options:
 _state: dict[str, Any] = {}
 
 
+class JobEssence(kopf.AnnotationsDiffBaseStorage):
+    """kopf's essence of a job (what its change detection compares), built without the status.
+
+    kopf builds it for every event, and its build() deep-copies the whole object before it
+    drops the status; a job's status holds an entry per node (512 for a big job), so that
+    copy was a tenth of the operator's CPU under load. The essence is the same."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        without_status = cast(kopf.RawBody, {k: v for k, v in body.items() if k != "status"})
+        return super().build(body=kopf.Body(without_status), extra_fields=extra_fields)
+
+
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     # Explicit, so kopf never guesses between installed clients.
@@ -52,6 +64,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own events say what matters
+    settings.persistence.diffbase_storage = JobEssence()
     # kopf's own requests (the job watch) get the bounds ours have (kube/client.py), not
     # aiohttp's 5-minute total and no connect timeout at all.
     settings.watching.server_timeout = kclient.WATCH_TIMEOUT_SECONDS

@@ -110,7 +110,7 @@ class PodWatcher:
         self._on_change = on_change
         self._namespace = namespace
         self._stop = threading.Event()
-        self._watch: RawWatch | None = None
+        self._watch: Any = None  # a RawWatch while streaming (the client is untyped)
         self.backoff = Backoff()
         self.synced = threading.Event()
         self.thread = threading.Thread(
@@ -140,7 +140,7 @@ class PodWatcher:
 
     def _events(self, resource_version: str) -> Iterator[dict[str, Any]]:
         """The watch's events from `resource_version` on, until the server ends it."""
-        self._watch = RawWatch()
+        self._watch = RawWatch()  # type: ignore[no-untyped-call]
         kw: dict[str, Any] = {
             "label_selector": JOB_LABEL,
             "resource_version": resource_version,
