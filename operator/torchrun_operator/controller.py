@@ -30,11 +30,12 @@ from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, slim_pod
 from torchrun_operator.kube.client import api_message
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
+from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
-from torchrun_operator.kube.podwatch import PodWatcher
+from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
-from torchrun_operator.reconcile import Plan, children, reconcile
+from torchrun_operator.reconcile import Plan, children, observe, reconcile
 from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission
 from torchrun_operator.render import kueue
@@ -51,9 +52,6 @@ Obj = dict[str, Any]
 BLOCKED_RETRY_SECONDS = 5.0
 # How long stop() waits for reconciles in flight: each API request times out well within it.
 STOP_GRACE_SECONDS = 10.0
-# How often the job cache is checked against a fresh list, to forget jobs deleted while a
-# watch was down. A ghost costs only idle reconciles, so a minute is plenty.
-JOB_RESYNC_SECONDS = 60.0
 # A reconcile that failed on an API error tries again after this long.
 ERROR_RETRY_SECONDS = 2.0
 # A pod create the apiserver refused (Pod Security, a quota, a webhook) is retried after
@@ -65,6 +63,10 @@ REFUSED_CODES = (400, 403, 422)
 GANG_KEY = "(gang)"
 # "0" turns the live rank map (reading the launchers' status endpoints) off.
 ENV_LIVE_STATUS = "TORCHRUN_OPERATOR_LIVE_STATUS"
+# Views of cached pods remembered (kube/cache.py keeps each pod object unchanged until a
+# newer one replaces it): a reconcile reads every pod of its job, an event changes one.
+# Past this many the memo starts afresh; more than the pods of 16 jobs of 512 nodes.
+VIEW_MEMO_SIZE = 8192
 
 
 def controller_uid(obj: Obj) -> str | None:
@@ -89,13 +91,6 @@ def describe_conflict(job: Obj, obj: Obj) -> str:
     if owner is None:
         return f"{what} exists and has no controller; delete or rename it"
     return f"{what} is controlled by {owner.get('kind')} {owner.get('name')}; not this job's"
-
-
-def _int_rv(value: object) -> int | None:
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
 
 
 class _Gone(Exception):
@@ -153,7 +148,7 @@ class Controller:
         self._launcher = packaged_launcher()
         self._gang = GangObjects(api)  # spec.scheduling.gang: the attempts' PodGroups
         self._threads: list[threading.Thread] = []
-        self._watchers: list[PodWatcher] = []
+        self._watchers: list[Watcher] = []
         # The live rank map: the launchers' status endpoints, read by their pod IPs. Off with
         # TORCHRUN_OPERATOR_LIVE_STATUS=0 (then the status learns ranks when pods end).
         if live_status is None:
@@ -167,24 +162,28 @@ class Controller:
         self.workloads = PodCache()  # our Workloads, by job (they carry the job label)
         # Job uid -> (Workload resourceVersion, what its admission puts into the pods).
         self._admitted: dict[str, tuple[str, Obj]] = {}
+        # id(pod) -> (the pod, the trainer's name, its view): by identity, holding the pod
+        # so that its id cannot be reused while remembered.
+        self._views: dict[int, tuple[Obj, str | None, observe.PodView]] = {}
 
     # -- wiring ------------------------------------------------------------------------------
 
     def start(self) -> None:
         for ns in self._namespaces:
-            w = PodWatcher(self.api, self.pods, self.enqueue, ns)
-            w.start()
-            self._watchers.append(w)
+            watchers: list[Watcher] = [
+                JobWatcher(self.api, self.jobs, self.on_job_event, ns),
+                PodWatcher(self.api, self.pods, self.enqueue, ns),
+            ]
             if self.kueue is not None:
-                ww = WorkloadWatcher(self.api, self.workloads, self.enqueue, ns)
-                ww.start()
-                self._watchers.append(ww)
+                watchers.append(WorkloadWatcher(self.api, self.workloads, self.enqueue, ns))
+            for w in watchers:
+                w.start()
+            self._watchers += watchers
         for i in range(self._workers):
             t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
             t.start()
             self._threads.append(t)
         threading.Thread(target=self._phases_loop, name="phases", daemon=True).start()
-        threading.Thread(target=self._resync_loop, name="job-resync", daemon=True).start()
         if self.rankmap is not None:
             self.rankmap.start()
         metrics.set_status_source(self._running_jobs)
@@ -234,41 +233,6 @@ class Controller:
         # Counting every job on every event would cost O(jobs) per event; a thread folds them.
         self._phases_dirty.set()
 
-    def _resync_loop(self) -> None:
-        while not self._stopped.wait(JOB_RESYNC_SECONDS):
-            try:
-                self.resync_jobs()
-            except Exception as e:  # noqa: BLE001 - the next round tries again
-                log.warning("job resync failed: %s", e)
-
-    def resync_jobs(self) -> None:
-        """Forgets cached jobs that a fresh list no longer has. kopf re-lists after a watch
-        expires (410) without telling us which jobs vanished meanwhile; a ghost in the cache
-        would keep being reconciled. Only jobs already cached when the list was taken (their
-        resourceVersion at most the list's) can be judged missing."""
-        for ns in self._namespaces:
-            if ns is None:
-                listed: Any = self.custom.list_cluster_custom_object(
-                    GROUP, VERSION, PLURAL, _preload_content=False
-                )
-            else:
-                listed = self.custom.list_namespaced_custom_object(
-                    GROUP, VERSION, ns, PLURAL, _preload_content=False
-                )
-            metrics.count_api_call("list", "distributedtrainingjob", 200)
-            body = json.loads(listed.data)
-            present = {i["metadata"]["uid"] for i in body.get("items") or []}
-            at = _int_rv(body.get("metadata", {}).get("resourceVersion"))
-            for key in self.jobs.keys():  # noqa: SIM118 - a method, not a dict
-                job = self.jobs.get(key)
-                if job is None or (ns is not None and key[0] != ns):
-                    continue
-                rv = _int_rv(job["metadata"].get("resourceVersion"))
-                seen_by_list = rv is not None and at is not None and rv <= at
-                if seen_by_list and job["metadata"]["uid"] not in present:
-                    log.info("job %s/%s is gone; forgetting it", *key)
-                    self._forget(key, job["metadata"]["uid"])
-
     def _phases_loop(self) -> None:
         while not self._stopped.wait(1.0):
             if self._phases_dirty.is_set():
@@ -290,7 +254,8 @@ class Controller:
         # A short delay gathers a burst of pod events into one reconcile.
         self.queue.add(key, after=self._debounce)
 
-    def on_job_event(self, kind: str | None, job: Obj) -> None:
+    def on_job_event(self, kind: str, job: Obj) -> None:
+        """A job's watch event (kube/jobwatch.py): ADDED, MODIFIED or DELETED."""
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
         if kind == "DELETED":
@@ -368,7 +333,14 @@ class Controller:
         priority = self._priority(job, workload)
         admission, rendered_from = self._admission(job, workload, priority)
         plan = reconcile(
-            rendered_from, self.pods.pods(key), self._clock(), blocked, refused, live, admission
+            rendered_from,
+            self.pods.pods(key),
+            self._clock(),
+            blocked,
+            refused,
+            live,
+            admission,
+            view_of=self._view,
         )
         try:
             written = self._apply(job, plan)
@@ -383,6 +355,17 @@ class Controller:
             attempt = plan.status.get("attempt")
             self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    def _view(self, pod: Obj, trainer: str | None) -> observe.PodView:
+        """observe.view, remembered per cached pod object (the cache never changes one)."""
+        got = self._views.get(id(pod))
+        if got is not None and got[0] is pod and got[1] == trainer:
+            return got[2]
+        v = observe.view(pod, trainer)
+        if len(self._views) >= VIEW_MEMO_SIZE:
+            self._views.clear()
+        self._views[id(pod)] = (pod, trainer, v)
+        return v
 
     # -- Kueue: the job's Workload (reconcile/admission.py decides) ------------------------------
 

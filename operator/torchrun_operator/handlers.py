@@ -1,8 +1,9 @@
-"""kopf wiring only: login, start/stop of the controller, and DTJ events into its queue.
+"""kopf wiring only: login, start/stop of the controller, and the liveness probe.
 
-No decisions here. There are deliberately no on.create/on.update/daemon handlers: those make
-kopf add finalizers or annotations to every job, and a finalizer means a job cannot be deleted
-while the operator is down.
+No decisions here, and no resource handlers at all: the controller watches the jobs itself
+(kube/jobwatch.py; kopf's per-event machinery was most of the operator's CPU with many jobs).
+kopf's on.create/on.update/daemon handlers would also add finalizers or annotations to every
+job, and a finalizer means a job cannot be deleted while the operator is down.
 """
 
 from __future__ import annotations
@@ -11,11 +12,10 @@ import dataclasses
 import logging
 import os
 import socket
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
-from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.controller import Controller
 from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube.leader import LeaderElector
@@ -38,18 +38,6 @@ class Options:
 _state: dict[str, Any] = {}
 
 
-class JobEssence(kopf.AnnotationsDiffBaseStorage):
-    """kopf's essence of a job (what its change detection compares), built without the status.
-
-    kopf builds it for every event, and its build() deep-copies the whole object before it
-    drops the status; a job's status holds an entry per node (512 for a big job), so that
-    copy was a tenth of the operator's CPU under load. The essence is the same."""
-
-    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
-        without_status = cast(kopf.RawBody, {k: v for k, v in body.items() if k != "status"})
-        return super().build(body=kopf.Body(without_status), extra_fields=extra_fields)
-
-
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     # Explicit, so kopf never guesses between installed clients.
@@ -64,7 +52,6 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING  # our own events say what matters
-    settings.persistence.diffbase_storage = JobEssence()
     # kopf's own requests (the job watch) get the bounds ours have (kube/client.py), not
     # aiohttp's 5-minute total and no connect timeout at all.
     settings.watching.server_timeout = kclient.WATCH_TIMEOUT_SECONDS
@@ -136,12 +123,3 @@ def threads_alive(**_: Any) -> str:
     if dead:
         raise kopf.PermanentError(f"dead threads: {', '.join(sorted(dead))}")
     return "ok"
-
-
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def job_event(event: Any, **_: Any) -> None:
-    # async: it only files the object and wakes a worker, so it runs on the event loop
-    # instead of a hop through kopf's thread pool for every job event.
-    ctrl: Controller | None = _state.get("controller")
-    if ctrl is not None and event.get("object"):
-        ctrl.on_job_event(event.get("type"), event["object"])

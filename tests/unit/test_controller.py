@@ -529,22 +529,6 @@ def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
     assert blocked["status"] == "False"
 
 
-def test_resync_forgets_jobs_that_vanished_while_the_watch_was_down() -> None:
-    h = Harness(make_job())
-    ghost = copy.deepcopy(h.api.job)
-    ghost["metadata"].update(name="ghost", uid="ghost-uid", resourceVersion="5")
-    newer = copy.deepcopy(h.api.job)
-    newer["metadata"].update(name="newer", uid="newer-uid", resourceVersion="50")
-    for j in (h.api.job, ghost, newer):
-        h.ctrl.jobs.put(copy.deepcopy(j))
-    listed = {"metadata": {"resourceVersion": "10"}, "items": [h.api.job]}
-    h.api.list_cluster_custom_object = lambda *a, **kw: resp(listed)  # type: ignore[attr-defined]
-    h.ctrl.resync_jobs()
-    assert h.ctrl.jobs.get(("ns", "ghost")) is None
-    assert h.ctrl.jobs.get(("ns", "job")) is not None
-    assert h.ctrl.jobs.get(("ns", "newer")) is not None, "created after the list: kept"
-
-
 def _count(name: str, **labels: str) -> float:
     return metrics.default.registry.get_sample_value(f"torchrun_operator_{name}", labels) or 0.0
 
@@ -572,3 +556,15 @@ def test_a_plan_is_counted_once_and_only_after_its_status_is_written(fault: int)
     assert h.status["phase"] == "Running"
     assert _count("phase_transitions_total", **to_running) == phases + 1
     assert _count("time_to_running_seconds_count") == timed + 1
+
+
+def test_a_cached_pods_view_is_made_once_and_a_newer_pod_gets_its_own() -> None:
+    h = Harness(make_job())
+    start(h)
+    h.sync()
+    (first, *_) = sorted(h.ctrl.pods.pods(("ns", "job")), key=lambda p: p["metadata"]["name"])
+    v = h.ctrl._view(first, "trainer")
+    assert h.ctrl._view(first, "trainer") is v
+    newer = copy.deepcopy(first)
+    newer["status"] = {"phase": "Running"}
+    assert h.ctrl._view(newer, "trainer").phase == "Running" != v.phase

@@ -1,10 +1,13 @@
-"""Watches our pods, and only ours, through a label selector.
+"""The watch loop (`Watcher`), and the watch of our pods, and only ours, through a label
+selector (`PodWatcher`).
 
 kopf sends no label selector, so a kopf pod handler would stream every pod in the cluster.
-This watcher lists then watches pods carrying the job label, feeds the pod cache and tells the
-controller which job changed. A watch the server ends resumes from the last resourceVersion;
-410 Gone (history compacted) and any error cost a re-list, after a back-off that grows with
-consecutive failures, so an apiserver in trouble is not hammered by every replica at once.
+The pod watcher lists then watches pods carrying the job label, feeds the pod cache and tells
+the controller which job changed. A watch the server ends resumes from the last
+resourceVersion; 410 Gone (history compacted) and any error cost a re-list, after a back-off
+that grows with consecutive failures, so an apiserver in trouble is not hammered by every
+replica at once. The jobs' watch (kube/jobwatch.py) and Kueue's Workloads' (kube/kueue.py)
+run the same loop.
 """
 
 from __future__ import annotations
@@ -94,28 +97,22 @@ class RawWatch(watch.Watch):
         return None
 
 
-class PodWatcher:
-    what = "pod watch"  # for the log
+class Watcher:
+    """Lists, then watches, one resource in one scope (a namespace, or all), for as long as
+    it runs: a watch the server ends resumes from the last resourceVersion; 410 Gone and any
+    error cost a re-list after the back-off. What a listing or an event means is the
+    subclass's (`_relisted`, `_changed`)."""
 
-    def __init__(
-        self,
-        api: client.ApiClient,
-        cache: PodCache,
-        on_change: Callable[[JobKey], None],
-        namespace: str | None = None,
-    ) -> None:
-        self._core = client.CoreV1Api(api)
-        self._api = api
-        self._cache = cache
-        self._on_change = on_change
+    what = "watch"  # for the log
+    selector: str | None = None  # a label selector for the list and the watch
+
+    def __init__(self, namespace: str | None, thread_name: str) -> None:
         self._namespace = namespace
         self._stop = threading.Event()
         self._watch: Any = None  # a RawWatch while streaming (the client is untyped)
         self.backoff = Backoff()
-        self.synced = threading.Event()
-        self.thread = threading.Thread(
-            target=self._run, name=f"podwatch-{namespace or 'all'}", daemon=True
-        )
+        self.synced = threading.Event()  # set once the first listing is in
+        self.thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
 
     def start(self) -> None:
         self.thread.start()
@@ -126,14 +123,23 @@ class PodWatcher:
             self._watch.stop()
 
     def _list_fn(self, kw: dict[str, Any]) -> Any:
-        """The list call for our scope; `kw` gains the namespace when there is one."""
-        if self._namespace:
-            kw["namespace"] = self._namespace
-            return self._core.list_namespaced_pod
-        return self._core.list_pod_for_all_namespaces
+        """The list call for our scope; `kw` gains the namespace when the call takes one."""
+        raise NotImplementedError
+
+    def _relisted(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        """A fresh listing, taken at `resource_version`: the whole truth then (objects
+        missing from it were gone)."""
+        raise NotImplementedError
+
+    def _changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """One watch event (ADDED, MODIFIED or DELETED)."""
+        raise NotImplementedError
+
+    def _selector(self) -> dict[str, Any]:
+        return {"label_selector": self.selector} if self.selector else {}
 
     def _list(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"label_selector": JOB_LABEL, "_preload_content": False}
+        kw: dict[str, Any] = {**self._selector(), "_preload_content": False}
         resp = self._list_fn(kw)(**kw)
         listed: dict[str, Any] = json.loads(resp.data)
         return listed
@@ -142,7 +148,7 @@ class PodWatcher:
         """The watch's events from `resource_version` on, until the server ends it."""
         self._watch = RawWatch()  # type: ignore[no-untyped-call]
         kw: dict[str, Any] = {
-            "label_selector": JOB_LABEL,
+            **self._selector(),
             "resource_version": resource_version,
             "allow_watch_bookmarks": True,
             "timeout_seconds": WATCH_TIMEOUT_SECONDS,
@@ -159,12 +165,10 @@ class PodWatcher:
             try:
                 if resource_version is None:
                     listed = self._list()
-                    # Pods missing from the list were deleted while we were not watching:
-                    # replace_all forgets them and names their jobs for a reconcile.
-                    for key in self._cache.replace_all(listed.get("items", [])):
-                        self._on_change(key)
+                    at = listed["metadata"]["resourceVersion"]
+                    self._relisted(listed.get("items") or [], at)
                     self.synced.set()
-                    resource_version = listed["metadata"]["resourceVersion"]
+                    resource_version = at
                 # A watch the server ends (timeoutSeconds) resumes where it stopped.
                 resource_version = self._stream(resource_version)
             except Exception as e:  # noqa: BLE001 - the watcher must outlive any one failure
@@ -188,7 +192,7 @@ class PodWatcher:
                 self._sleep(delay)
 
     def _stream(self, resource_version: str) -> str:
-        """Feeds events into the cache until the server ends the watch; returns the last
+        """Feeds events to `_changed` until the server ends the watch; returns the last
         resourceVersion seen."""
         for event in self._events(resource_version):
             if self._stop.is_set():
@@ -200,10 +204,45 @@ class PodWatcher:
             resource_version = obj.get("metadata", {}).get("resourceVersion") or resource_version
             if kind == "BOOKMARK":
                 continue
-            key = self._cache.remove(obj) if kind == "DELETED" else self._cache.put(obj)
-            if key is not None:
-                self._on_change(key)
+            self._changed(kind, obj)
         return resource_version
+
+
+class PodWatcher(Watcher):
+    """Our pods (the job label's selector) into the pod cache; names each job that changed."""
+
+    what = "pod watch"
+    selector = JOB_LABEL
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        cache: PodCache,
+        on_change: Callable[[JobKey], None],
+        namespace: str | None = None,
+    ) -> None:
+        super().__init__(namespace, f"podwatch-{namespace or 'all'}")
+        self._core = client.CoreV1Api(api)
+        self._api = api
+        self._cache = cache
+        self._on_change = on_change
+
+    def _list_fn(self, kw: dict[str, Any]) -> Any:
+        if self._namespace:
+            kw["namespace"] = self._namespace
+            return self._core.list_namespaced_pod
+        return self._core.list_pod_for_all_namespaces
+
+    def _relisted(self, items: list[dict[str, Any]], resource_version: str) -> None:
+        # Pods missing from the list were deleted while we were not watching: replace_all
+        # forgets them and names their jobs for a reconcile.
+        for key in self._cache.replace_all(items):
+            self._on_change(key)
+
+    def _changed(self, kind: str, obj: dict[str, Any]) -> None:
+        key = self._cache.remove(obj) if kind == "DELETED" else self._cache.put(obj)
+        if key is not None:
+            self._on_change(key)
 
 
 def _describe(e: BaseException) -> str:

@@ -9,7 +9,6 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-import jobs
 import kopf
 import pytest
 from kopf._cogs.structs import ephemera
@@ -117,14 +116,3 @@ def test_kopf_answers_500_on_healthz_while_a_thread_is_dead(state: dict[str, Any
     state["controller"] = FakeController([], dead=["worker-0"])
     code, _ = healthz(registry)
     assert code == 500
-
-
-def test_the_job_essence_is_kopfs_without_copying_the_status() -> None:
-    job = jobs.job("big", nodes=512, metadata={"namespace": "ns", "labels": {"team": "a"},
-                                               "annotations": {"note": "x"}})  # fmt: skip
-    job["status"] = {"ranks": [{"index": i, "pod": f"big-{i}"} for i in range(512)]}
-    body = kopf.Body(job)
-    default = kopf.AnnotationsDiffBaseStorage().build(body=body)
-    ours = handlers.JobEssence().build(body=body)
-    assert ours == default
-    assert "status" not in ours and ours["spec"]["nodes"] == 512
