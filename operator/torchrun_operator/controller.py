@@ -441,9 +441,12 @@ class Controller:
         if uid in self._children_done:
             return
         ns = job["metadata"]["namespace"]
+        objs = children(job, self._launcher, self._network_policy, self._operator_peer)
+        # Created at once, not one round trip after another: they do not depend on each
+        # other, and a new job's pods wait for them. list() re-raises the first error.
+        found = list(self._pool.map(lambda obj: self._create(ns, obj), objs))
         ok = True
-        for obj in children(job, self._launcher, self._network_policy, self._operator_peer):
-            existing = self._create(ns, obj)
+        for existing in found:
             if existing is not None and controller_uid(existing) != uid:
                 self._conflict(job, existing)
                 ok = False
