@@ -7,9 +7,14 @@ metrics get it without importing the reconciler (and pydantic with it).
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
-__all__ = ["fmt", "parse", "seconds"]
+__all__ = ["fmt", "parse", "restamp", "seconds"]
+
+# Distinct time strings remembered by `restamp`: the pods of a job start and end within a
+# few seconds of each other, so a 512-pod status holds a handful of distinct ones.
+RESTAMP_MEMO_SIZE = 4096
 
 
 def fmt(t: datetime | float) -> str:
@@ -47,3 +52,18 @@ def seconds(value: object) -> float | None:
     """`parse`, as unix seconds."""
     t = parse(value)
     return t.timestamp() if t else None
+
+
+@functools.lru_cache(maxsize=RESTAMP_MEMO_SIZE)
+def _restamp_str(value: str) -> str | None:
+    t = parse(value)
+    return fmt(t) if t else None
+
+
+def restamp(value: object) -> str | None:
+    """`parse`, then `fmt`: any time `parse` accepts as the status writes it; None if none.
+    Every reconcile restamps every pod's start and end, so strings are remembered."""
+    if isinstance(value, str):
+        return _restamp_str(value)
+    t = parse(value)
+    return fmt(t) if t else None

@@ -12,7 +12,7 @@ from typing import Any, cast
 from ..api import names
 from ..api.ranks import format_ranks
 from ..api.status_names import RankPhase
-from ..api.timefmt import fmt, parse
+from ..api.timefmt import fmt, restamp
 from ..launcher import launcher as contract
 
 TERMINAL = ("Succeeded", "Failed")  # pod phases
@@ -323,9 +323,8 @@ def rank_entry(
             entry["message"] = truncate(str(failures[0].get("error") or "")) or pod.message
         else:
             entry["message"] = pod.message
-    started, finished = parse(pod.started_at), parse(pod.finished_at)
-    entry["startedAt"] = fmt(started) if started else None
-    entry["finishedAt"] = fmt(finished) if finished else None
+    entry["startedAt"] = restamp(pod.started_at)
+    entry["finishedAt"] = restamp(pod.finished_at)
     entry["step"] = first(_nonneg_int(report.get("step")), lv.step, _nonneg_int(same.get("step")))
     if not pod.terminal:
         rate = lv.steps_per_second if live else _rate(same.get("stepsPerSecond"))
