@@ -25,6 +25,14 @@ Figures are ratios or differences against the bare run of the same call (bench/R
     python bench/gpu_bench.py                    # 2 GPUs, nccl
     python bench/gpu_bench.py --workload data --layouts bare,one-pod --repeats 5
     python bench/gpu_bench.py --smoke --cpu      # gloo on CPU, tiny model: CI's rot check
+
+``--pin`` gives each layout of a repeat its own CPU set (disjoint, equal-sized, taken from this
+process's affinity): the process the harness starts (bare torchrun, or a pod's launcher) is
+started with that affinity and its workers inherit it. With ``--concurrent`` the sets rotate
+between the layouts every repeat (with two layouts: swap), so no layout always has the same
+cores; one after the other, all layouts of a repeat run on the same set, and the set alternates
+over repeats. ``--pin-ranks`` also pins each rank's main thread to one CPU of its layout's set
+(the data workload; the script does it from ``BENCH_RANK_CPUS``, the same way in every layout).
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import shutil
 import socket
@@ -40,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,7 +128,9 @@ FACT_ROWS = (
     ("MKL_NUM_THREADS", "MKL_NUM_THREADS"),
     ("torch_num_threads", "torch.get_num_threads()"),
     ("torch_num_interop_threads", "torch.get_num_interop_threads()"),
-    ("affinity", "CPU affinity (sched_getaffinity)"),
+    ("affinity_at_start", "CPU affinity at script start"),
+    ("affinity", "CPU affinity, main thread (sched_getaffinity)"),
+    ("parent_affinity", "CPU affinity of the parent (agent)"),
     ("cpu_count", "os.cpu_count()"),
     ("nice", "nice"),
     ("cgroup_cpu_max", "cgroup cpu.max"),
@@ -294,19 +305,55 @@ class Started:
     layout: str
     t0: float
     running: list[tuple[Proc, subprocess.Popen[bytes], Path]]
+    cpus: list[int] | None = None
 
 
 def run_layout(
-    layout: str, args: argparse.Namespace, script_args: list[str], base: Path
+    layout: str,
+    args: argparse.Namespace,
+    script_args: list[str],
+    base: Path,
+    cpus: list[int] | None = None,
 ) -> dict[str, Any]:
-    return finish_layout(start_layout(layout, args, script_args, base), args)
+    return finish_layout(start_layout(layout, args, script_args, base, cpus), args)
+
+
+def cpu_sets(args: argparse.Namespace, n_sets: int) -> list[list[int]]:
+    """``n_sets`` disjoint CPU sets of ``--pin-cpus`` CPUs each (default: one per rank and two
+    for the agents and helper threads), from this process's own affinity. CPU 0, which takes
+    most of a VM's interrupts, is left out when there are CPUs enough without it."""
+    size = args.pin_cpus or args.nproc + 2
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) > size * n_sets:
+        mine = [c for c in mine if c != 0] or mine
+    if len(mine) < size * n_sets:
+        raise SystemExit(
+            f"--pin: {n_sets} sets of {size} CPUs need {size * n_sets}, "
+            f"this process may run on {len(mine)}; set --pin-cpus"
+        )
+    return [mine[i * size : (i + 1) * size] for i in range(n_sets)]
+
+
+def set_for(layout_index: int, repeat: int, n_sets: int, concurrent: bool) -> int:
+    """Which CPU set a layout gets in a repeat. At the same time: each layout its own set,
+    rotated every repeat (two layouts swap). One after the other: all layouts of a repeat the
+    same set (the same cores, at different times), the set alternating over repeats."""
+    return (layout_index + repeat) % n_sets if concurrent else repeat % n_sets
 
 
 def start_layout(
-    layout: str, args: argparse.Namespace, script_args: list[str], base: Path
+    layout: str,
+    args: argparse.Namespace,
+    script_args: list[str],
+    base: Path,
+    cpus: list[int] | None = None,
 ) -> Started:
     procs = layout_procs(layout, args, script_args, base / layout)
     common = {"BENCH_T0": "", "PYTHONUNBUFFERED": "1"}
+    if cpus is not None and args.pin_ranks:
+        # Read by the training script after init_process_group: rank i's main thread onto
+        # the i-th CPU of the set, in every layout alike.
+        common["BENCH_RANK_CPUS"] = ",".join(map(str, cpus))
     if args.cpu:
         # Every layout alike: gloo on loopback, one thread per rank on a small CI machine.
         common |= {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
@@ -325,9 +372,19 @@ def start_layout(
                 stdout=fp,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                # In the child before exec: torchrun (or the launcher) and every process it
+                # starts inherit the set.
+                preexec_fn=None if cpus is None else _pin(cpus),
             )
         running.append((p, popen, log))
-    return Started(layout, t0, running)
+    return Started(layout, t0, running, cpus)
+
+
+def _pin(cpus: list[int]) -> Callable[[], None]:
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
 
 
 def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
@@ -371,6 +428,7 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
         raise RuntimeError(f"{layout}: no result line\n{_tail(running[0][2])}")
     result["wall_s"] = wall
     result["layout"] = layout
+    result["cpus"] = None if started.cpus is None else cpu_list(started.cpus)
     if facts:
         result["facts"] = sorted(facts, key=lambda f: int(f["rank"]))
     if cpus:  # per rank: {CPU: batches loaded there}
@@ -389,6 +447,17 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
         if summary is not None and summary.get("state") != "Succeeded":
             raise RuntimeError(f"{layout}: launcher summary {summary}")
     return result
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """0-3,8 style."""
+    runs: list[list[int]] = []
+    for c in sorted(cpus):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _tail(log: Path, lines: int = 40) -> str:
@@ -437,6 +506,38 @@ def compare(kind: str, value: float, base: float) -> str:
     if kind == "ratio":
         return f"{value / base:.3f}x" if base else "n/a"
     return f"{value - base:+.2f} s"
+
+
+# Student's t, two-sided 95%, by degrees of freedom (1..30); 1.96 beyond.
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+       2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+       2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def ratio_stats(ratios: Sequence[float]) -> dict[str, float]:
+    """Geometric mean of paired ratios and its 95% interval (t over the log ratios)."""
+    logs = [math.log(v) for v in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return {"n": len(logs), "gmean": math.exp(mean), "lo": math.nan, "hi": math.nan}
+    half = T95[min(len(logs) - 1, len(T95)) - 1] if len(logs) <= 31 else 1.96
+    half *= statistics.stdev(logs) / math.sqrt(len(logs))
+    return {
+        "n": len(logs),
+        "gmean": math.exp(mean),
+        "lo": math.exp(mean - half),
+        "hi": math.exp(mean + half),
+        "sd_log": statistics.stdev(logs),
+    }
+
+
+def _ratio_line(st: dict[str, float]) -> str:
+    if st["n"] < 2:
+        return f"geometric mean {st['gmean']:.3f} (1 pair)"
+    return (
+        f"geometric mean {st['gmean']:.3f}, 95% interval {st['lo']:.3f}-{st['hi']:.3f} "
+        f"({st['n']} pairs, sd of log ratios {st['sd_log']:.3f})"
+    )
 
 
 def _fmt(key: str, value: float) -> str:
@@ -571,7 +672,11 @@ def describe(first: dict[str, Any], args: argparse.Namespace) -> str:
 def progress_line(layout: str, r: int, res: dict[str, Any], workload: Workload) -> str:
     figs = ", ".join(f"{key} {_fmt(key, res[key])}" for key, _, _ in workload.rows[:3])
     transport = [p["transport"] for p in res["processes"] if p["transport"]]
-    return f"# {layout} run {r}: {figs}" + (f", transport {transport}" if transport else "")
+    return (
+        f"# {layout} run {r}: {figs}"
+        + (f", transport {transport}" if transport else "")
+        + (f", CPUs {res['cpus']}" if res.get("cpus") else "")
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -600,6 +705,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="start the layouts of each repeat at the same time, on the same GPUs: each "
         "repeat compares them under the same machine conditions (the CPU-bound data "
         "workload only; the step workload would measure the sharing)",
+    )
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="each layout of a repeat on its own CPU set (disjoint, equal-sized), inherited "
+        "by the launcher and its workers; with --concurrent the sets rotate between the "
+        "layouts every repeat, else all layouts of a repeat share one set",
+    )
+    p.add_argument(
+        "--pin-cpus", type=int, default=None, help="CPUs per set with --pin (default nproc+2)"
+    )
+    p.add_argument(
+        "--pin-ranks",
+        action="store_true",
+        help="with --pin, the data workload: each rank's main thread on one CPU of its set",
     )
     p.add_argument("--steps", type=int, default=None, help="step workload: timed steps")
     p.add_argument("--warmup", type=int, default=None, help="step workload: warm-up steps")
@@ -660,6 +780,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     layouts = [x for x in args.layouts.split(",") if x]
     if unknown := set(layouts) - set(LAYOUTS):
         raise SystemExit(f"unknown layouts: {sorted(unknown)}")
+    if args.pin_ranks and (not args.pin or args.workload != "data"):
+        raise SystemExit("--pin-ranks needs --pin and --workload data")
+    sets = cpu_sets(args, len(layouts)) if args.pin else None
+    if sets is not None:
+        print("CPU sets: " + "; ".join(f"{chr(65 + i)} {cpu_list(c)}" for i, c in enumerate(sets)))
     if not args.cpu:
         import torch
 
@@ -678,11 +803,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             # each repeat, so no layout always runs first (after the others' page cache, say).
             k = r % len(layouts)
             order = layouts[k:] + layouts[:k]
+            cpus = {
+                x: None
+                if sets is None
+                else sets[set_for(layouts.index(x), r, len(sets), args.concurrent)]
+                for x in layouts
+            }
             if args.concurrent:
-                started = [start_layout(x, args, script_args, base / f"r{r}") for x in order]
+                started = [
+                    start_layout(x, args, script_args, base / f"r{r}", cpus[x]) for x in order
+                ]
                 results = [finish_layout(st, args) for st in started]
             else:
-                results = [run_layout(x, args, script_args, base / f"r{r}") for x in order]
+                results = [run_layout(x, args, script_args, base / f"r{r}", cpus[x]) for x in order]
             for layout, res in zip(order, results, strict=True):
                 runs[layout].append(res)
                 print(progress_line(layout, r, res, workload), file=sys.stderr, flush=True)
@@ -713,6 +846,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ", ".join(f"{x} {v:.2%}" for x, v in spread.items())
         + ")"
     )
+    paired: dict[str, Any] = {}
     if "bare" in layouts and len(layouts) > 1:
         # Each repeat's layouts ran back to back (or at once): their ratio cancels drift that
         # is slower than a repeat, which the medians over repeats do not.
@@ -725,6 +859,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     + f" (median {statistics.median(pairs):.3f}, "
                     f"{sum(v > 1 for v in pairs)} of {len(pairs)} above 1)"
                 )
+                st = ratio_stats(pairs)
+                paired[x] = {"ratios": pairs, **st}
+                print(f"  {x}/bare: {_ratio_line(st)}")
+                if sets is not None and args.concurrent:
+                    # Which set this layout had: a difference between the sets' speeds shows
+                    # as two groups; the two groups' mean weighs them equally.
+                    by_set: dict[str, list[float]] = {}
+                    for o, v in zip(runs[x], pairs, strict=True):
+                        by_set.setdefault(o["cpus"], []).append(v)
+                    groups = {c: ratio_stats(vs) for c, vs in by_set.items()}
+                    paired[x]["by_set"] = groups
+                    for c, g in groups.items():
+                        print(f"  {x} on CPUs {c}: {_ratio_line(g)}")
     if "bare" in layouts:
         print(table(figures, workload, args.nproc, unit))
     else:
@@ -742,7 +889,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     if args.json_out:
         args.json_out.write_text(
-            json.dumps({"figures": figures, "env_diff": diffs, "runs": runs}, indent=1)
+            json.dumps(
+                {
+                    "figures": figures,
+                    "paired": paired,
+                    "cpu_sets": sets,
+                    "env_diff": diffs,
+                    "runs": runs,
+                },
+                indent=1,
+            )
         )
     return 0
 

@@ -22,6 +22,10 @@ and rank 0 one ``{"bench": "gpu_ddp_data", ...}`` with the figures, the slowest 
 * ``cpu_s_per_epoch``, ``nivcsw_per_epoch``: the process's CPU seconds (user + system) and
   involuntary context switches per epoch (contention for CPUs shows here);
 * ``startup_first_batch_s``: from ``BENCH_T0`` to the end of the first training step.
+
+With ``BENCH_RANK_CPUS`` (a comma-separated CPU list, set by the harness's ``--pin-ranks``) rank
+i pins its main thread to the i-th CPU of the list (modulo its length) once the process group is
+up; threads started before (NCCL's, the store's) keep the process's set.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ import time
 from typing import Any
 
 T_SCRIPT = time.time()
+# What this process may run on as it starts: the layout's, inherited from torchrun or the
+# launcher (before any pin of the main thread below).
+AFFINITY_AT_START = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -118,7 +125,24 @@ def _parent_cmdline() -> list[str]:
     return [a for a in raw.split("\0") if a][:8]
 
 
-def process_facts() -> dict[str, Any]:
+def _parent_affinity() -> str | None:
+    for line in (_read(f"/proc/{os.getppid()}/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def pin_rank(rank: int) -> int | None:
+    """The main thread onto one CPU of ``BENCH_RANK_CPUS`` (rank i: the i-th), if set."""
+    listed = [int(c) for c in os.environ.get("BENCH_RANK_CPUS", "").split(",") if c.strip()]
+    if not listed:
+        return None
+    cpu = listed[rank % len(listed)]
+    os.sched_setaffinity(0, {cpu})  # pid 0: the calling thread; threads it starts inherit it
+    return cpu
+
+
+def process_facts(rank_cpu: int | None = None) -> dict[str, Any]:
     env = os.environ
     affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
     return {
@@ -132,8 +156,11 @@ def process_facts() -> dict[str, Any]:
         "MKL_NUM_THREADS": env.get("MKL_NUM_THREADS"),
         "torch_num_threads": torch.get_num_threads(),
         "torch_num_interop_threads": torch.get_num_interop_threads(),
+        "affinity_at_start": _cpu_list(AFFINITY_AT_START),
         "affinity": _cpu_list(affinity),
         "affinity_cpus": len(affinity),
+        "parent_affinity": _parent_affinity(),
+        "rank_cpu": rank_cpu,
         "cpu_count": os.cpu_count(),
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
         "cgroup_cpu_max": _read("/sys/fs/cgroup/cpu.max"),
@@ -250,7 +277,7 @@ def main() -> None:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, device_id=device if device.type == "cuda" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
-    emit(process_facts())
+    emit(process_facts(pin_rank(rank)))
 
     data, source = dataset(args, world)
     sampler: DistributedSampler[Any] = DistributedSampler(

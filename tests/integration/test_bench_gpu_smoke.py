@@ -85,9 +85,12 @@ def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
 def test_gpu_bench_data_workload_smoke_cpu(tmp_path: Path) -> None:
     """The data-loading-bound workload, bare torchrun against the rendered one-pod job: the
     epoch table, and what each worker process saw (threads, affinity, command line,
-    environment) reported from inside every rank of both layouts."""
+    environment) reported from inside every rank of both layouts. Where two CPUs are there,
+    each layout runs pinned to its own (--pin), its ranks' main threads too (--pin-ranks)."""
     out_json = tmp_path / "data.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = ["--pin", "--pin-cpus", "1", "--pin-ranks"] if len(cpus) >= 2 else []
     proc = subprocess.run(
         [
             sys.executable,
@@ -102,6 +105,7 @@ def test_gpu_bench_data_workload_smoke_cpu(tmp_path: Path) -> None:
             "90",
             "--json-out",
             str(out_json),
+            *pin,
         ],
         cwd=tmp_path,
         env=env,
@@ -136,3 +140,34 @@ def test_gpu_bench_data_workload_smoke_cpu(tmp_path: Path) -> None:
     assert not any("--worker" in f["orig_argv"] for f in bare["facts"])
     # The environment the rendered pod adds is named against bare torchrun's.
     assert data["env_diff"]["one-pod"]["added"]["TORCHRUN_OPERATOR_INDEX"] == "0"
+    if pin:
+        # One after the other, repeat 0: both layouts on the same one-CPU set, inherited by
+        # torchrun or the launcher and by every worker, whose main thread is pinned there.
+        (cpu,) = data["cpu_sets"][0]
+        for run in (bare, pod):
+            assert run["cpus"] == str(cpu)
+            for f in run["facts"]:
+                assert f["affinity_at_start"] == f["parent_affinity"] == str(cpu), f
+                assert f["affinity"] == str(cpu) and f["rank_cpu"] == cpu, f
+
+
+def test_pin_sets_rotate_and_ratio_stats(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--pin's sets: disjoint and equal-sized (CPU 0 left out when there is room); at the same
+    time each layout has its own set and they swap every repeat; one after the other a
+    repeat's layouts share one set."""
+    sys.path.insert(0, str(ROOT))
+    from bench import gpu_bench
+
+    monkeypatch.setattr(gpu_bench.os, "sched_getaffinity", lambda _pid: set(range(32)))
+    assert gpu_bench.cpu_sets(gpu_bench.parse_args(["--pin"]), 2) == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    monkeypatch.setattr(gpu_bench.os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert gpu_bench.cpu_sets(gpu_bench.parse_args(["--pin", "--pin-cpus", "1"]), 2) == [[0], [1]]
+    with pytest.raises(SystemExit):
+        gpu_bench.cpu_sets(gpu_bench.parse_args(["--pin"]), 2)
+    concurrent = [[gpu_bench.set_for(i, r, 2, True) for i in (0, 1)] for r in range(4)]
+    assert concurrent == [[0, 1], [1, 0], [0, 1], [1, 0]]
+    sequential = [[gpu_bench.set_for(i, r, 2, False) for i in (0, 1)] for r in range(4)]
+    assert sequential == [[0, 0], [1, 1], [0, 0], [1, 1]]
+    assert gpu_bench.cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+    st = gpu_bench.ratio_stats([1.1, 1 / 1.1, 1.1, 1 / 1.1])
+    assert abs(st["gmean"] - 1) < 1e-12 and st["lo"] < 1 < st["hi"]
