@@ -113,7 +113,13 @@ WORKLOADS = {
             ("epoch_s_median", "epoch, median (s)", "ratio"),
             ("images_per_s", "images/s, all ranks", "ratio"),
             ("data_share", "time waiting for the next batch (share)", "ratio"),
+            ("batch_data_ms_median", "one batch's loading, median (ms)", "ratio"),
+            ("batch_data_ms_p10", "one batch's loading, 10th percentile (ms)", "ratio"),
             ("cpu_s_per_epoch", "CPU s per epoch, busiest rank", "ratio"),
+            ("sys_s_per_epoch", "of which system (s), busiest rank", "ratio"),
+            ("minflt_per_epoch", "minor page faults per epoch", "ratio"),
+            ("other_threads_cpu_s_per_epoch", "CPU s/epoch, a rank's other threads", "ratio"),
+            ("agent_cpu_s_per_epoch", "CPU s/epoch, the agent (torchrun/launcher)", "ratio"),
             ("nivcsw_per_epoch", "involuntary context switches per epoch", "ratio"),
             ("machine_busy_share", "machine: CPUs busy while timed (share)", "ratio"),
             ("machine_steal_share", "machine: CPU steal while timed (share)", "ratio"),
@@ -531,6 +537,40 @@ def ratio_stats(ratios: Sequence[float]) -> dict[str, float]:
     }
 
 
+def _ranks_batch_median(run: dict[str, Any]) -> float:
+    vals = [r["batch_data_ms_median"] for r in run["ranks"]]
+    return math.exp(statistics.fmean(math.log(v) for v in vals))
+
+
+def _paired_report(
+    layout: str,
+    name: str,
+    pairs: list[float],
+    layout_runs: list[dict[str, Any]],
+    sets: list[list[int]] | None,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    print(
+        f"paired ratios {layout}/bare, {name}: "
+        + " ".join(f"{v:.3f}" for v in pairs)
+        + f" (median {statistics.median(pairs):.3f}, "
+        f"{sum(v > 1 for v in pairs)} of {len(pairs)} above 1)"
+    )
+    st = ratio_stats(pairs)
+    out: dict[str, Any] = {"ratios": pairs, **st}
+    print(f"  {layout}/bare: {_ratio_line(st)}")
+    if sets is not None and args.concurrent:
+        # Which set this layout had: a difference between the sets' speeds shows as two
+        # groups.
+        by_set: dict[str, list[float]] = {}
+        for o, v in zip(layout_runs, pairs, strict=True):
+            by_set.setdefault(o["cpus"], []).append(v)
+        out["by_set"] = {c: ratio_stats(vs) for c, vs in by_set.items()}
+        for c, g in out["by_set"].items():
+            print(f"  {layout} on CPUs {c}: {_ratio_line(g)}")
+    return out
+
+
 def _ratio_line(st: dict[str, float]) -> str:
     if st["n"] < 2:
         return f"geometric mean {st['gmean']:.3f} (1 pair)"
@@ -541,8 +581,10 @@ def _ratio_line(st: dict[str, float]) -> str:
 
 
 def _fmt(key: str, value: float) -> str:
-    if key == "busbw_gbps" or key == "images_per_s" or key.startswith("nivcsw"):
+    if key in ("busbw_gbps", "images_per_s") or key.startswith(("nivcsw", "minflt", "batch_")):
         return f"{value:.1f}"
+    if key.startswith(("agent_", "other_threads_")):
+        return f"{value:.3f}"
     if key.endswith("_share"):
         return f"{value:.1%}"
     return f"{value:.2f}"
@@ -850,28 +892,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "bare" in layouts and len(layouts) > 1:
         # Each repeat's layouts ran back to back (or at once): their ratio cancels drift that
         # is slower than a repeat, which the medians over repeats do not.
+        measures: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
+            (key, lambda run: float(run[key]))
+        ]
+        if args.workload == "data":
+            # Each rank's median batch: robust to a CPU's short bursts of slowness, which
+            # move an epoch's time; geometric mean over the ranks.
+            measures.append(("batch_data_ms_median, mean over ranks", _ranks_batch_median))
         for x in layouts:
-            if x != "bare":
-                pairs = [o[key] / b[key] for o, b in zip(runs[x], runs["bare"], strict=True)]
-                print(
-                    f"paired ratios {x}/bare, {key}: "
-                    + " ".join(f"{v:.3f}" for v in pairs)
-                    + f" (median {statistics.median(pairs):.3f}, "
-                    f"{sum(v > 1 for v in pairs)} of {len(pairs)} above 1)"
-                )
-                st = ratio_stats(pairs)
-                paired[x] = {"ratios": pairs, **st}
-                print(f"  {x}/bare: {_ratio_line(st)}")
-                if sets is not None and args.concurrent:
-                    # Which set this layout had: a difference between the sets' speeds shows
-                    # as two groups; the two groups' mean weighs them equally.
-                    by_set: dict[str, list[float]] = {}
-                    for o, v in zip(runs[x], pairs, strict=True):
-                        by_set.setdefault(o["cpus"], []).append(v)
-                    groups = {c: ratio_stats(vs) for c, vs in by_set.items()}
-                    paired[x]["by_set"] = groups
-                    for c, g in groups.items():
-                        print(f"  {x} on CPUs {c}: {_ratio_line(g)}")
+            if x == "bare":
+                continue
+            paired[x] = {}
+            for name, measure in measures:
+                pairs = [
+                    measure(o) / measure(b) for o, b in zip(runs[x], runs["bare"], strict=True)
+                ]
+                paired[x][name] = _paired_report(x, name, pairs, runs[x], sets, args)
     if "bare" in layouts:
         print(table(figures, workload, args.nproc, unit))
     else:

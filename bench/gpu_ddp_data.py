@@ -21,7 +21,12 @@ and rank 0 one ``{"bench": "gpu_ddp_data", ...}`` with the figures, the slowest 
 * ``data_share``: the part of the epoch spent waiting for the next batch (the input pipeline);
 * ``cpu_s_per_epoch``, ``nivcsw_per_epoch``: the process's CPU seconds (user + system) and
   involuntary context switches per epoch (contention for CPUs shows here);
-* ``startup_first_batch_s``: from ``BENCH_T0`` to the end of the first training step.
+* ``startup_first_batch_s``: from ``BENCH_T0`` to the end of the first training step;
+* ``batch_data_ms_median``/``_p10``: one batch's loading time, median and 10th percentile over
+  the timed batches (robust to short bursts of a slow CPU, which the epoch time is not);
+* ``user_s``/``sys_s``/``minflt``/``other_threads_cpu_s``/``agent_cpu_s`` ``_per_epoch``: the
+  process's user and system CPU, minor page faults, the CPU of its threads other than the main
+  one, and of its parent (torchrun's agent or the launcher).
 
 With ``BENCH_RANK_CPUS`` (a comma-separated CPU list, set by the harness's ``--pin-ranks``) rank
 i pins its main thread to the i-th CPU of the list (modulo its length) once the process group is
@@ -187,6 +192,16 @@ def current_cpu() -> int:
     return int(fields[36]) if len(fields) > 36 else -1
 
 
+def parent_cpu_s() -> float:
+    """CPU seconds (user + system) the parent process has used: torchrun's agent, or the
+    launcher with the agent inside it."""
+    stat = _read(f"/proc/{os.getppid()}/stat") or ""
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 13:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def emit(obj: dict[str, Any]) -> None:
     """One line in one write: ranks of a node share the same stdout file."""
     os.write(1, (json.dumps(obj, sort_keys=True) + "\n").encode())
@@ -317,8 +332,10 @@ def main() -> None:
     epochs: list[float] = []
     cpus_seen: dict[int, int] = {}  # CPU -> batches it loaded: where the scheduler put us
     data_s = 0.0
+    batch_s: list[float] = []  # each batch's loading time: robust to bursts of slowness
     stat0 = _cpu_ticks()
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    main0, agent0 = time.thread_time(), parent_cpu_s()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         start = time.perf_counter()
@@ -329,13 +346,15 @@ def main() -> None:
                 x, y = next(it)
             except StopIteration:
                 break
-            data_s += time.perf_counter() - s
+            batch_s.append(time.perf_counter() - s)
+            data_s += batch_s[-1]
             cpu = current_cpu()
             cpus_seen[cpu] = cpus_seen.get(cpu, 0) + 1
             train_step(x, y)
         sync()
         epochs.append(time.perf_counter() - start)
     ru1 = resource.getrusage(resource.RUSAGE_SELF)
+    main1, agent1 = time.thread_time(), parent_cpu_s()
     stat1 = _cpu_ticks()
     n = max(args.epochs, 1)
     ticks = [b - a for a, b in zip(stat0, stat1, strict=True)]
@@ -347,6 +366,18 @@ def main() -> None:
         "data_share": data_s / sum(epochs),
         "cpu_s_per_epoch": (ru1.ru_utime - ru0.ru_utime + ru1.ru_stime - ru0.ru_stime) / n,
         "nivcsw_per_epoch": (ru1.ru_nivcsw - ru0.ru_nivcsw) / n,
+        "user_s_per_epoch": (ru1.ru_utime - ru0.ru_utime) / n,
+        "sys_s_per_epoch": (ru1.ru_stime - ru0.ru_stime) / n,
+        "minflt_per_epoch": (ru1.ru_minflt - ru0.ru_minflt) / n,
+        # CPU of this process's other threads (NCCL's, CUDA's, the store's), and of the
+        # parent (the agent), while this rank trained
+        "other_threads_cpu_s_per_epoch": (
+            ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime - (main1 - main0)
+        )
+        / n,
+        "agent_cpu_s_per_epoch": (agent1 - agent0) / n,
+        "batch_data_ms_median": 1000 * statistics.median(batch_s) if batch_s else 0.0,
+        "batch_data_ms_p10": 1000 * sorted(batch_s)[len(batch_s) // 10] if batch_s else 0.0,
         # The whole machine's, from /proc/stat: how busy it was while this rank trained, and
         # the time its virtual CPUs were runnable but the hypervisor ran something else.
         "machine_busy_share": 1 - (ticks[3] + ticks[4]) / max(sum(ticks), 1),
