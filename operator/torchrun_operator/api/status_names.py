@@ -102,6 +102,12 @@ class Reason(StrEnum):
     PROGRESS_STALLED = "ProgressStalled"
     POD_DELETED = "PodDeleted"
     NODE_LOST = "NodeLost"
+    # a rank's or failure's reason from the kind of its worker's failure in the launcher's
+    # report (reconcile/observe.py, KIND_REASONS)
+    EXCEPTION = "Exception"
+    SIGNAL = "Signal"
+    COMMUNICATION_ERROR = "CommunicationError"
+    NON_ZERO_EXIT = "NonZeroExit"
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"
