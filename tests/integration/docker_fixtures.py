@@ -1,10 +1,12 @@
-"""The Docker engine fixture shared by the tests that need one (images, real nodes)."""
+"""The Docker engine fixture shared by the tests that need one (images, real nodes), and the
+cross-node pod pair both use to check that pods on different nodes reach each other."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from localkube.testing import wait_for
@@ -19,6 +21,43 @@ def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.Comple
             f"{' '.join(cmd)} exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         )
     return out
+
+
+# The client of the cross-node pair: connects to `{ip}`:7000 (retrying while the server
+# starts), sends "ping" and prints what comes back after "REPLY".
+CLIENT = """
+import socket, time
+for i in range(120):
+    try:
+        c = socket.create_connection(("{ip}", 7000), timeout=2)
+        break
+    except OSError as e:
+        print("retry", e, flush=True)
+        time.sleep(0.25)
+c.sendall(b"ping")
+print("REPLY", c.recv(100).decode(), flush=True)
+"""
+
+
+def python_pod(
+    name: str,
+    node: str,
+    script: str,
+    *,
+    image: str,
+    pull_policy: str | None = None,
+    grace_s: int | None = None,
+) -> dict[str, Any]:
+    """A bare pod on `node` whose one container, "main", runs `python -c script` once."""
+    container: dict[str, Any] = {"name": "main", "image": image}
+    if pull_policy is not None:
+        container["imagePullPolicy"] = pull_policy
+    container["command"] = ["python", "-c", script]
+    spec: dict[str, Any] = {"nodeName": node, "restartPolicy": "Never"}
+    if grace_s is not None:
+        spec["terminationGracePeriodSeconds"] = grace_s
+    spec["containers"] = [container]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 def _forward_policy() -> str | None:

@@ -8,7 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,13 +29,16 @@ ROW_LABELS = [
 ]
 
 
-def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
+def _run_smoke(tmp_path: Path, *args: str) -> tuple[str, list[str], dict[str, Any]]:
+    """Run the bench with --smoke --cpu and `args`; returns its stdout, the stdout's lines
+    and the JSON it wrote."""
     out_json = tmp_path / "bench.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
     proc = subprocess.run(
         [
             sys.executable,
             str(BENCH),
+            *args,
             "--smoke",
             "--cpu",
             "--timeout",
@@ -48,7 +53,20 @@ def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
         timeout=140,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
+    return proc.stdout, proc.stdout.splitlines(), json.loads(out_json.read_text())
+
+
+def _assert_rows(stdout: str, labels: Iterable[str], n_cols: int) -> None:
+    """Every label has a row in the figure table, with `n_cols` columns."""
+    lines = stdout.splitlines()
+    for label in labels:
+        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
+        assert row is not None, f"missing row {label!r}:\n{stdout}"
+        assert len(row.strip("|").split("|")) == n_cols, row
+
+
+def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
+    stdout, lines, data = _run_smoke(tmp_path)
     header = next(line for line in lines if line.startswith("| figure |"))
     for col in (
         "bare torchrun",
@@ -58,14 +76,10 @@ def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
         "two pods vs bare",
     ):
         assert col in header, header
-    for label in ROW_LABELS:
-        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
-        assert row is not None, f"missing row {label!r}:\n{proc.stdout}"
-        assert len(row.strip("|").split("|")) == 6, row
-    assert any(line.startswith("target: one-pod DDP step") for line in lines), proc.stdout
+    _assert_rows(stdout, ROW_LABELS, 6)
+    assert any(line.startswith("target: one-pod DDP step") for line in lines), stdout
     assert any(line.startswith("target: one-pod launch -> first step") for line in lines)
 
-    data = json.loads(out_json.read_text())
     assert set(data["figures"]) == {"bare", "one-pod", "two-pods"}
     for layout, n_procs in (("bare", 1), ("one-pod", 1), ("two-pods", 2)):
         (run,) = data["runs"][layout]
@@ -87,47 +101,22 @@ def test_gpu_bench_data_workload_smoke_cpu(tmp_path: Path) -> None:
     epoch table, and what each worker process saw (threads, affinity, command line,
     environment) reported from inside every rank of both layouts. Where two CPUs are there,
     each layout runs pinned to its own (--pin), its ranks' main threads too (--pin-ranks)."""
-    out_json = tmp_path / "data.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
     cpus = sorted(os.sched_getaffinity(0))
     pin = ["--pin", "--pin-cpus", "1", "--pin-ranks"] if len(cpus) >= 2 else []
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH),
-            "--workload",
-            "data",
-            "--layouts",
-            "bare,one-pod",
-            "--smoke",
-            "--cpu",
-            "--timeout",
-            "90",
-            "--json-out",
-            str(out_json),
-            *pin,
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=140,
+    stdout, lines, data = _run_smoke(
+        tmp_path, "--workload", "data", "--layouts", "bare,one-pod", *pin
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
     header = next(line for line in lines if line.startswith("| figure |"))
     assert header == "| figure | bare torchrun | one pod (2 CPU ranks) | one pod vs bare |"
-    for label in ("epoch, mean (s)", "images/s, all ranks", "CPU s per epoch, busiest rank"):
-        row = next((line for line in lines if line.startswith(f"| {label} |")), None)
-        assert row is not None, f"missing row {label!r}:\n{proc.stdout}"
-        assert len(row.strip("|").split("|")) == 4, row
+    _assert_rows(
+        stdout, ("epoch, mean (s)", "images/s, all ranks", "CPU s per epoch, busiest rank"), 4
+    )
     facts_header = next(line for line in lines if line.startswith("| worker process |"))
     assert "bare torchrun" in facts_header and "one pod" in facts_header
     for label in ("OMP_NUM_THREADS", "torch.get_num_threads()", "CPU affinity"):
         assert any(line.startswith(f"| {label}") for line in lines), label
     assert any(line.startswith("target: one-pod epoch (data-loading bound)") for line in lines)
 
-    data = json.loads(out_json.read_text())
     bare, pod = data["runs"]["bare"][0], data["runs"]["one-pod"][0]
     assert pod["processes"][0]["summary"]["state"] == "Succeeded"
     for run in (bare, pod):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker_fixtures import CLIENT, python_pod
 from kubernetes import client
 from localkube import network
 from localkube.testing import wait_for
@@ -137,34 +138,9 @@ print("GOT", c.recv(100).decode(), flush=True)
 c.sendall(b"pong")
 """
 
-CLIENT = """
-import socket, time
-for i in range(120):
-    try:
-        c = socket.create_connection(("{ip}", 7000), timeout=2)
-        break
-    except OSError as e:
-        print("retry", e, flush=True)
-        time.sleep(0.25)
-c.sendall(b"ping")
-print("REPLY", c.recv(100).decode(), flush=True)
-"""
-
 
 def pod(name: str, node: str, script: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 1,
-            "containers": [
-                {"name": "main", "image": "python:3.11", "command": ["python", "-c", script]}
-            ],
-        },
-    }
+    return python_pod(name, node, script, image="python:3.11", grace_s=1)
 
 
 ECHO_SERVER = """

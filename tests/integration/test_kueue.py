@@ -17,7 +17,7 @@ import jobs
 import pytest
 from dtj import (
     OperatorProcess,
-    create_job,
+    apply,
     dtj_status,
     get_job,
     job_pods,
@@ -157,45 +157,24 @@ def queued_job(
 ) -> dict[str, Any]:
     """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
     low or high."""
-    client.CoreV1Api(kube).create_namespaced_config_map(
-        ns,
-        client.V1ConfigMap(
-            metadata=client.V1ObjectMeta(name=f"{name}-script"), data={"job.py": SCRIPT}
-        ),
-    )
-    job: dict[str, Any] = {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "q"}},
-        "spec": {
-            "nodes": 2,
-            "nprocPerNode": 1,
-            "rendezvous": {"joinTimeoutSeconds": 90},
-            # No restart allowed: an eviction that spent the budget would fail the job.
-            "failurePolicy": {"maxRestarts": 0},
-            "template": {
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "python:3.11",
-                            "command": ["python", "/workspace/job.py", str(seconds)],
-                            "resources": {
-                                "requests": {"cpu": "1", "memory": "1Gi"},
-                                "limits": {"cpu": "1", "memory": "1Gi"},
-                            },
-                            "volumeMounts": [{"name": "script", "mountPath": "/workspace"}],
-                        }
-                    ],
-                    "volumes": [{"name": "script", "configMap": {"name": f"{name}-script"}}],
-                }
-            },
-        },
-    }
+    labels = {"kueue.x-k8s.io/queue-name": "q"}
     if priority is not None:
-        job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
-    return create_job(kube, ns, job)
+        labels["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
+    cpu = {"cpu": "1", "memory": "1Gi"}
+    docs = jobs.scripted(
+        name,
+        {"job.py": SCRIPT},
+        ["python", f"{jobs.WORKSPACE}/job.py", str(seconds)],
+        nproc=1,
+        image="python:3.11",
+        metadata={"labels": labels},
+        trainer={"resources": {"requests": cpu, "limits": cpu}},
+        pod={"terminationGracePeriodSeconds": 2},
+        rendezvous={"joinTimeoutSeconds": 90},
+        # No restart allowed: an eviction that spent the budget would fail the job.
+        failurePolicy={"maxRestarts": 0},
+    )
+    return apply(kube, ns, docs)
 
 
 def workload(kube: client.ApiClient, ns: str, job: str) -> dict[str, Any] | None:
@@ -213,6 +192,34 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 
 def phase(kube: client.ApiClient, ns: str, name: str) -> str | None:
     return (get_job(kube, ns, name).get("status") or {}).get("phase")
+
+
+def wait_workload(
+    kube: client.ApiClient, ns: str, job: str, type_: str, status: str, timeout: float = 30.0
+) -> dict[str, Any]:
+    """The job's Workload once its condition `type_` has this status."""
+    found: dict[str, Any] = wait_for(
+        f"the {job} Workload's {type_} {status}",
+        lambda: (
+            (w := workload(kube, ns, job)) and condition(w, type_).get("status") == status and w
+        ),
+        timeout,
+    )
+    return found
+
+
+def wait_resumed(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    """Waits for the job to end: it succeeded on its second attempt with no restart counted,
+    the first suspended once. Returns the record of that suspension."""
+    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, 240)
+    st = done["status"]
+    assert st["phase"] == "Succeeded", st
+    assert st["attempt"] == 1
+    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
+    record: dict[str, Any]
+    [record] = st["restarts"]
+    assert record["kind"] == "suspend", record
+    return record
 
 
 @pytest.mark.usefixtures("kueue_operator")
@@ -243,14 +250,7 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
         time.sleep(0.5)
     first = get_job(kube, ns, "first")
     assert first["status"]["phase"] == "Succeeded", first["status"]
-    first_wl = wait_for(
-        "the first Workload Finished",
-        lambda: (
-            (w := workload(kube, ns, "first"))
-            and condition(w, "Finished").get("status") == "True"
-            and w
-        ),
-    )
+    first_wl = wait_workload(kube, ns, "first", "Finished", "True")
     assert condition(first_wl, "Finished")["reason"] == "Succeeded"
 
     # Admission put the flavor's node labels into the pods, as Kueue's integrations do.
@@ -283,15 +283,7 @@ def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
     assert admitted["status"] == "False" and admitted["reason"].startswith("Deactivated"), admitted
     wait_for("the evicted job's pods gone", lambda: job_pods(kube, ns, "evicted") == [], 120)
     # Once the pods are gone the operator releases the quota, as Kueue's integrations do.
-    released = wait_for(
-        "quota released",
-        lambda: (
-            (w := workload(kube, ns, "evicted"))
-            and condition(w, "QuotaReserved").get("status") == "False"
-            and w
-        ),
-        60,
-    )
+    released = wait_workload(kube, ns, "evicted", "QuotaReserved", "False", 60)
     assert "admission" not in released["status"]
     status = get_job(kube, ns, "evicted")["status"]
     assert status["phase"] == "Queued"
@@ -299,21 +291,9 @@ def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
     assert "Deactivated" in dtj_status(cluster, ns, "evicted")
 
     api.patch_namespaced_custom_object(*KUEUE, ns, "workloads", name, {"spec": {"active": True}})
-    done = wait_phase(kube, ns, "evicted", {"Succeeded", "Failed"}, 240)
-    st = done["status"]
-    assert st["phase"] == "Succeeded", st
-    assert st["attempt"] == 1
-    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
-    [record] = st["restarts"]
-    assert record["kind"] == "suspend" and record["reason"].startswith("Deactivated"), record
-    finished = wait_for(
-        "the Workload Finished",
-        lambda: (
-            (w := workload(kube, ns, "evicted"))
-            and condition(w, "Finished").get("status") == "True"
-        ),
-    )
-    assert finished
+    record = wait_resumed(kube, ns, "evicted")
+    assert record["reason"].startswith("Deactivated"), record
+    wait_workload(kube, ns, "evicted", "Finished", "True")
 
 
 @pytest.mark.usefixtures("kueue_operator")
@@ -334,10 +314,5 @@ def test_a_higher_priority_job_preempts_without_a_restart_and_the_preempted_one_
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["attempt"] == 0
 
-    low = wait_phase(kube, ns, "low", {"Succeeded", "Failed"}, 240)
-    st = low["status"]
-    assert st["phase"] == "Succeeded", st
-    assert st["attempt"] == 1
-    assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
-    [record] = st["restarts"]
-    assert record["kind"] == "suspend" and record["reason"] == "Preempted", record
+    record = wait_resumed(kube, ns, "low")
+    assert record["reason"] == "Preempted", record

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import yaml
-from docker_fixtures import REPO
+from docker_fixtures import CLIENT, REPO, python_pod
 from dtj import apply, create_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client, config, watch
 from localkube.components import NodeSpec
@@ -364,37 +364,9 @@ c, _ = s.accept()
 c.sendall(c.recv(100).replace(b"ping", b"pong"))
 """
 
-CLIENT = """
-import socket, time
-for _ in range(120):
-    try:
-        c = socket.create_connection(("{ip}", 7000), timeout=2)
-        break
-    except OSError:
-        time.sleep(0.25)
-c.sendall(b"ping")
-print("REPLY", c.recv(100).decode(), flush=True)
-"""
-
 
 def plain_pod(name: str, node: str, script: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node,
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": RUNTIME_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["python", "-c", script],
-                }
-            ],
-        },
-    }
+    return python_pod(name, node, script, image=RUNTIME_IMAGE, pull_policy="Never")
 
 
 def test_a_real_nodes_container_talks_to_a_process_nodes_pod(

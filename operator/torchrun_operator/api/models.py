@@ -95,18 +95,11 @@ class _Wire(BaseModel):
     RULES: ClassVar[tuple[Rule, ...]] = ()
 
 
-class _Open(BaseModel):
-    """A Kubernetes object we only partly type; everything else is kept as given."""
+class _Open(_Wire):
+    """A Kubernetes object we only partly type; everything else is kept as given (and kept in
+    the schema: x-kubernetes-preserve-unknown-fields). The rest of _Wire's config holds."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="allow",
-        frozen=True,
-        use_attribute_docstrings=True,
-        json_schema_extra=_open_model_rules,
-    )
-    RULES: ClassVar[tuple[Rule, ...]] = ()
+    model_config = ConfigDict(extra="allow", json_schema_extra=_open_model_rules)
 
 
 # ---- GPU quantities -------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from ..launcher import launcher as contract
+
 __all__ = [
     "FINISHED",
     "ConditionType",
@@ -95,10 +97,17 @@ class Reason(StrEnum):
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
     CRASH_LOOP_NO_PROGRESS = "CrashLoopNoProgress"
-    RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
+    # the launcher's report state for a rendezvous that never completed, as the job's reason
+    RENDEZVOUS_TIMEOUT = contract.RENDEZVOUS_TIMEOUT
     PROGRESS_STALLED = "ProgressStalled"
     POD_DELETED = "PodDeleted"
     NODE_LOST = "NodeLost"
+    # a rank's or failure's reason from the kind of its worker's failure in the launcher's
+    # report (reconcile/observe.py, KIND_REASONS)
+    EXCEPTION = "Exception"
+    SIGNAL = "Signal"
+    COMMUNICATION_ERROR = "CommunicationError"
+    NON_ZERO_EXIT = "NonZeroExit"
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from ..api import names
 from ..api.ranks import format_ranks
-from ..api.status_names import RankPhase
+from ..api.status_names import RankPhase, Reason
 from ..api.timefmt import fmt, restamp
 from ..launcher import launcher as contract
 
@@ -20,10 +20,10 @@ MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
 
 # Launcher failure kinds as status reasons.
 KIND_REASONS: dict[str, str] = {
-    contract.KIND_EXCEPTION: "Exception",
-    contract.KIND_SIGNAL: "Signal",
-    contract.KIND_COMM: "CommunicationError",
-    contract.KIND_EXIT: "NonZeroExit",
+    contract.KIND_EXCEPTION: Reason.EXCEPTION,
+    contract.KIND_SIGNAL: Reason.SIGNAL,
+    contract.KIND_COMM: Reason.COMMUNICATION_ERROR,
+    contract.KIND_EXIT: Reason.NON_ZERO_EXIT,
 }
 
 

@@ -16,9 +16,8 @@ from dtj_factory import (
     step,
 )
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from pod_histories import STEPS, Step, act, jobs, timeline
 from reports import report
-from test_reconcile_properties import ACTIONS, act, jobs
 from torchrun_operator.api.status_names import ConditionType, Phase, RestartKind
 from torchrun_operator.reconcile import conditions, reconcile
 from torchrun_operator.reconcile.plan import PhaseChanged, Plan, Reached, Restarted
@@ -109,23 +108,16 @@ def _true(status: dict[str, Any], type_: str) -> bool:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    job=jobs(),
-    steps=st.lists(
-        st.tuples(st.sampled_from(ACTIONS), st.integers(0, 7), st.sampled_from([0.5, 3, 20])),
-        max_size=25,
-    ),
-)
+@given(job=jobs(), steps=STEPS)
 def test_transitions_are_exactly_what_changed_in_the_status(
-    job: dict[str, Any], steps: list[tuple[str, int, float]]
+    job: dict[str, Any], steps: list[Step]
 ) -> None:
     """Over random pod histories, what a plan says it decided is what its status shows:
     the phase chain leads from the old phase to the new, one restart per counted restart,
     a start-up milestone exactly when its condition turned True; and nothing twice."""
     job = created(job)
     pods: list[dict[str, Any]] = []
-    t = 0.0
-    for action, idx, dt in [("wait", 0, 0.0), *steps]:
+    for action, idx, t in timeline(steps):
         job, pods = act(action, pods, job, idx, t)
         old = job.get("status") or {}
         plan = reconcile(job, pods, at(t))
@@ -142,4 +134,3 @@ def test_transitions_are_exactly_what_changed_in_the_status(
             assert [r.condition for r in reached].count(type_) == int(turned)
         job, pods = apply(job, pods, plan, t)
         assert reconcile(job, pods, at(t)).transitions == []
-        t += dt
