@@ -262,9 +262,22 @@ class Controller:
             self._forget(key, meta.get("uid", ""))
             self._publish_phases()
             return
+        cached = self.jobs.get(key)
+        # The echo of our own status write: the cache has held this very version since the
+        # write's answer (_patch_status), and the reconcile that wrote it planned what comes
+        # next (a pod event during it ran it again). Deciding once more from the same job and
+        # the same pods would change nothing; with many jobs it was every other reconcile.
+        rv = meta.get("resourceVersion")
+        echo = (
+            cached is not None
+            and rv is not None
+            and cached["metadata"].get("uid") == meta.get("uid")
+            and cached["metadata"].get("resourceVersion") == rv
+        )
         self.jobs.put(job)
         self._publish_phases()
-        self.queue.add(key)
+        if not echo:
+            self.queue.add(key)
 
     def _forget(self, key: JobKey, uid: str) -> None:
         self.jobs.remove(key)

@@ -568,3 +568,18 @@ def test_a_cached_pods_view_is_made_once_and_a_newer_pod_gets_its_own() -> None:
     newer = copy.deepcopy(first)
     newer["status"] = {"phase": "Running"}
     assert h.ctrl._view(newer, "trainer").phase == "Running" != v.phase
+
+
+def test_the_watch_echo_of_our_own_status_write_is_not_reconciled_again() -> None:
+    h = Harness(make_job())
+    start(h)  # the status write's answer is in the cache
+    written = copy.deepcopy(h.api.job)
+    assert h.ctrl.jobs.get(("ns", "job"))["metadata"]["resourceVersion"] == (  # type: ignore[index]
+        written["metadata"]["resourceVersion"]
+    )
+    h.ctrl.on_job_event("MODIFIED", copy.deepcopy(written))
+    assert len(h.ctrl.queue) == 0
+    changed = copy.deepcopy(written)
+    changed["metadata"]["resourceVersion"] = str(int(written["metadata"]["resourceVersion"]) + 1)
+    h.ctrl.on_job_event("MODIFIED", changed)  # someone else's write: decided again
+    assert len(h.ctrl.queue) == 1
