@@ -3,8 +3,9 @@
 SHELL := /bin/bash
 export PYTHONPATH := $(CURDIR)/operator:$(CURDIR)/cluster
 BIN = $(shell cluster/build.sh)
-# The tests need more than the cluster: the scale benchmark's smoke test runs KWOK and
-# Kubeflow's training-operator, so `make test` builds everything (`cluster/build.sh all`).
+# The tests need more than the cluster: the scale benchmark's smoke test runs KWOK, Kubeflow's
+# training-operator and Trainer v2 + JobSet, so `make test` builds everything
+# (`cluster/build.sh all`).
 TEST_BIN = $(shell cluster/build.sh all)
 
 .PHONY: help test unit e2e lint fmt demo up down crds build build-all venv
@@ -12,7 +13,7 @@ TEST_BIN = $(shell cluster/build.sh all)
 build: ## build the local cluster's binaries (cluster/build.sh)
 	cluster/build.sh
 
-build-all: ## the same, plus the kubelet and pause (real nodes), KWOK, training-operator and Kueue
+build-all: ## the same, plus the kubelet and pause (real nodes), KWOK, training-operator, Trainer v2 + JobSet and Kueue
 	cluster/build.sh all
 
 venv: ## make or reuse the pinned test environment, linked as .venv

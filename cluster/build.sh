@@ -15,9 +15,12 @@ HELM_VERSION=${HELM_VERSION:-v3.22.0}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
 # core: control plane + coredns + helm; kubelet: core + the real node's kubelet and pause;
-# kueue: core + kueue; all: all of those, kwok and training-operator.
+# kueue: core + kueue; trainer: core + Kubeflow Trainer v2 and JobSet; all: all of those, kwok
+# and training-operator.
 WHAT=${*:-core}
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
@@ -111,6 +114,20 @@ build_etcd() {
   go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3 >&2
 }
 
+# JobSet: `go install sigs.k8s.io/jobset@v` asks the proxy for the module's version list (to
+# warn of a deprecation), which the proxy refuses for this module; a wrapper module that
+# requires it (no other requirement, so its own pins win, as with go install) builds it.
+build_jobset() {
+  have "jobset-$JOBSET_VERSION" && return
+  local dir="$CACHE/src/jobset-$JOBSET_VERSION"
+  log "sigs.k8s.io/jobset@$JOBSET_VERSION"
+  mkdir -p "$dir" && cd "$dir"
+  printf 'module localkube/jobsetbin\n\ngo 1.26.0\n' > go.mod
+  go get "sigs.k8s.io/jobset@$JOBSET_VERSION" >&2
+  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
+    -o "$BIN/jobset-$JOBSET_VERSION" sigs.k8s.io/jobset >&2
+}
+
 gobin_install() {  # name pkg@version
   have "$1" && return
   log "$2"
@@ -135,6 +152,19 @@ if [ "$WHAT" = all ]; then
       "github.com/kubeflow/training-operator/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
     mv "$BIN/training-operator.v1" "$BIN/training-operator-$TRAINING_OPERATOR_VERSION"
   fi
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = trainer ]; then
+  # Kubeflow Trainer v2's controller manager and the JobSet controller it drives (a
+  # comparison in the benchmarks, bench/scale). JobSet's version is the one Trainer's go.mod requires and
+  # its manifests install (manifests/third-party/jobset). Neither go.mod has replace
+  # directives: each builds with its own pins (JobSet through build_jobset). CRDs, webhooks
+  # and the torch ClusterTrainingRuntime stay in the module cache (bench/scale/trainer.py).
+  if ! have "trainer-controller-manager-$TRAINER_VERSION"; then
+    gobin_install trainer-controller-manager \
+      "github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager@$TRAINER_VERSION"
+    mv "$BIN/trainer-controller-manager" "$BIN/trainer-controller-manager-$TRAINER_VERSION"
+  fi
+  build_jobset
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = kueue ]; then
   # Kueue's manager (queues and quota admission, tests/integration/test_kueue.py). Like the

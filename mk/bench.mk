@@ -1,13 +1,18 @@
 # `make bench`: the CPU control-plane benchmarks (bench/scale, KWOK fake nodes) for our operator,
-# Kubeflow's training-operator (built from its Go module by cluster/build.sh all) and a direct
-# client; prints the table and writes the figures into bench/README.md. About 20 minutes on
-# 2 cores. `make bench-smoke`: the same on tiny workloads (about 2 minutes).
-.PHONY: bench bench-smoke bench-build
+# Kubeflow's training-operator and Kubeflow Trainer v2 + JobSet (built from their Go modules by
+# cluster/build.sh all) and a direct client, then the scaling series; prints the tables and
+# writes the figures into bench/README.md and the chart into bench/scale/scaling.png. About
+# 35 minutes on 2 cores. `make bench-smoke`: the tables on tiny workloads (about 3 minutes).
+.PHONY: bench bench-smoke bench-build bench-venv
 
 bench-build:
 	nice -n 19 cluster/build.sh all
 
-bench: bench-build venv
+# The benchmarks' own requirements (matplotlib, for the chart) on top of the test environment.
+bench-venv: venv
+	.venv/bin/python -m pip install -q -r bench/requirements.txt
+
+bench: bench-build bench-venv
 	LOCALKUBE_BIN=$$(cluster/build.sh all) PYTHONPATH=cluster:operator \
 		.venv/bin/python -m bench.scale --json bench/scale/results.json --readme bench/README.md
 

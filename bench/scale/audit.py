@@ -44,6 +44,16 @@ class Requests:
     by_resource: Counter[str] = field(default_factory=Counter)
 
 
+def total(parts: Iterable[Requests]) -> Requests:
+    """Several users' requests as one (an operator of several processes)."""
+    out = Requests()
+    for r in parts:
+        out.total += r.total
+        out.by_verb.update(r.by_verb)
+        out.by_resource.update(r.by_resource)
+    return out
+
+
 def count(lines: Iterable[str], user: str, start: float, end: float) -> Requests:
     """Requests `user` sent (received by the apiserver) in [start, end]."""
     out = Requests()

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from .workloads import KUBEFLOW, Workload
+from .workloads import KUBEFLOW, TRAINER, Workload
 
 STARTED = ("Running", "Succeeded", "Failed")
 FINISHED = ("Succeeded", "Failed")
@@ -38,6 +38,9 @@ class JobObs:
     restarting: bool
     started: int  # pods the job's status counts as running, succeeded or failed
     finished: int  # pods it counts as succeeded or failed
+    # The status counts pods in steps of this many: 1 for ours and training-operator (pod
+    # counters); a Trainer job's N pods (it counts child Jobs, each of N pods).
+    step: int = 1
 
 
 def pod_obs(t: float, event: str, pod: dict[str, Any], job_label: str) -> PodObs:
@@ -53,13 +56,54 @@ def pod_obs(t: float, event: str, pod: dict[str, Any], job_label: str) -> PodObs
     )
 
 
+def _true_conditions(st: dict[str, Any]) -> set[str]:
+    return {str(c.get("type")) for c in st.get("conditions") or [] if c.get("status") == "True"}
+
+
+def trainer_obs(t: float, job: dict[str, Any]) -> JobObs:
+    """A TrainJob's status: conditions Complete / Failed, and `jobsStatus`, which Trainer
+    copies from its JobSet's `replicatedJobsStatus`: per replicated job, how many child Jobs
+    are ready (ready + succeeded pods >= the Job's parallelism), succeeded or failed. The
+    torch runtime has one replicated job, `node`, of one Job of `numNodes` pods, so its status
+    counts pods only in steps of numNodes: all started (ready, succeeded or failed) or all
+    finished. Running: every replicated job has a ready or succeeded Job. Restarts are not in
+    a TrainJob's status; they are the JobSet's (jobset_obs)."""
+    name = str((job.get("metadata") or {}).get("name", ""))
+    st = job.get("status") or {}
+    nodes = int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes") or 1)
+    true = _true_conditions(st)
+    jobs = st.get("jobsStatus") or []
+
+    def n(key: str) -> int:
+        return sum(int(j.get(key) or 0) for j in jobs)
+
+    running = bool(jobs) and all(
+        int(j.get("ready") or 0) + int(j.get("succeeded") or 0) > 0 for j in jobs
+    )
+    done = n("succeeded") + n("failed")
+    return JobObs(
+        t, name, running and not true & {"Complete", "Failed"}, "Complete" in true,
+        "Failed" in true, False, (n("ready") + done) * nodes, done * nodes, nodes,
+    )  # fmt: skip
+
+
+def jobset_obs(t: float, jobset: dict[str, Any]) -> JobObs:
+    """A JobSet's status, for its restarts only: `status.restarts` > 0 means JobSet's failure
+    policy has started a new attempt (it counts attempts, from 0)."""
+    name = str((jobset.get("metadata") or {}).get("name", ""))
+    restarts = int((jobset.get("status") or {}).get("restarts") or 0)
+    return JobObs(t, name, False, False, False, restarts > 0, 0, 0)
+
+
 def job_obs(t: float, kind: str, job: dict[str, Any]) -> JobObs:
     """Our status: phase and nodes counters. training-operator's: True conditions and the
-    replicaStatuses counters (active = Running pods)."""
+    replicaStatuses counters (active = Running pods). Trainer's: trainer_obs."""
+    if kind == TRAINER:
+        return trainer_obs(t, job)
     name = str((job.get("metadata") or {}).get("name", ""))
     st = job.get("status") or {}
     if kind == KUBEFLOW:
-        true = {c.get("type") for c in st.get("conditions") or [] if c.get("status") == "True"}
+        true = _true_conditions(st)
         reps = (st.get("replicaStatuses") or {}).values()
         active = sum(int(r.get("active") or 0) for r in reps)
         succ = sum(int(r.get("succeeded") or 0) for r in reps)
@@ -118,7 +162,9 @@ def all_running_times(pods: list[PodObs], nodes: int) -> dict[str, float]:
 def status_lags(pods: list[PodObs], jobs: list[JobObs]) -> tuple[list[float], int]:
     """For every pod that starts or finishes, how long until its job's status counts it: the
     k-th pod of a job to reach Running (or to finish) is reflected by the first later job
-    observation that counts at least k. Returns the lags and how many were never reflected."""
+    observation that counts at least k. A status that counts pods in steps (JobObs.step) can
+    only reflect the k-th pod where k is a whole step (a Trainer job's last pod to start or
+    finish); the others are left out. Returns the lags and how many were never reflected."""
     seen_started: set[str] = set()
     seen_finished: set[str] = set()
     k_started: dict[str, int] = defaultdict(int)
@@ -136,9 +182,12 @@ def status_lags(pods: list[PodObs], jobs: list[JobObs]) -> tuple[list[float], in
     by_job: dict[str, list[JobObs]] = defaultdict(list)
     for j in jobs:
         by_job[j.name].append(j)
+    step = {name: max(1, obs[0].step) for name, obs in by_job.items()}
     lags: list[float] = []
     missed = 0
     for t, job, what, k in targets:
+        if k % step.get(job, 1):
+            continue
         hit = next((j.t for j in by_job[job] if j.t >= t and getattr(j, what) >= k), None)
         if hit is None:
             missed += 1
@@ -179,9 +228,11 @@ def compute(
     jobs: list[JobObs],
     t0: float,
     fault_uid: str | None = None,
+    restart_jobs: list[JobObs] | None = None,
 ) -> dict[str, Any]:
     """The figures of one run. Times are seconds since the first create (t0). Before a fault
-    only: creation, all-Running and status lag; the restart has its own figures."""
+    only: creation, all-Running and status lag; the restart has its own figures, for which
+    `restart_jobs` (default: `jobs`) are the observations that say the job restarts."""
     names = set(w.job_names())
     pods = sorted((p for p in pods if p.job in names), key=lambda p: p.t)
     jobs = sorted((j for j in jobs if j.name in names), key=lambda j: j.t)
@@ -226,7 +277,11 @@ def compute(
     out["status_lag_missed"] = missed
 
     if rs is not None:
-        decided = next((j.t for j in jobs if j.t >= rs.failed_at and j.restarting), None)
+        says = sorted(
+            (j for j in (jobs if restart_jobs is None else restart_jobs) if j.name in names),
+            key=lambda j: j.t,
+        )
+        decided = next((j.t for j in says if j.t >= rs.failed_at and j.restarting), None)
         out["restart_s"] = rs.recovered_at - rs.failed_at if rs.recovered_at else None
         out["restart_pods_replaced"] = rs.replaced
         out["restart_status_noticed_s"] = decided - rs.failed_at if decided else None

@@ -26,8 +26,8 @@ from localkube.controlplane import Cluster
 from localkube.testing import create_namespace, wait_for
 
 from . import audit
-from .figures import JobObs, PodObs, job_obs, pod_obs
-from .workloads import GPUS_PER_NODE, KUBEFLOW, OURS
+from .figures import JobObs, PodObs, job_obs, jobset_obs, pod_obs
+from .workloads import GPUS_PER_NODE, KUBEFLOW, OURS, TRAINER
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = REPO / "bench" / "kwok" / "stages.yaml"
@@ -38,6 +38,10 @@ KUBEFLOW_NS = "kubeflow"
 KUBEFLOW_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in its pkg/cert
 FAKE_NODE = "kwok.x-k8s.io/node"
 USERS = {OURS: "bench-torchrun-operator", KUBEFLOW: "bench-training-operator"}
+# Trainer v2 + JobSet: two processes, each with its own user; the kind's requests are both's.
+TRAINER_USER = "bench-trainer-controller-manager"
+JOBSET_USER = "bench-jobset-controller"
+OPERATOR_USERS = {**{k: [u] for k, u in USERS.items()}, TRAINER: [TRAINER_USER, JOBSET_USER]}
 DIRECT_USER = "bench-direct-client"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # py-spy's sampling rate (Hz) for --profile: enough samples in a one-minute run, and light
@@ -213,24 +217,30 @@ class Recorder:
         self.api, self.ns, self.kind, self.job_label = api, ns, kind, job_label
         self.pods: list[PodObs] = []
         self.jobs: list[JobObs] = []
+        self.restarts: list[JobObs] = []  # Trainer: its JobSets' restart counters
         self._stop = threading.Event()
         self._responses: list[Any] = []
         self.errors: list[str] = []
         self.relists = 0
         self._last: dict[str, PodObs] = {}
 
-    def _path(self) -> str | None:
+    def _paths(self) -> list[tuple[str, Callable[[float, str, dict[str, Any]], None]]]:
+        ns = f"namespaces/{self.ns}"
         if self.kind == OURS:
-            return f"/apis/torchrun.dev/v1alpha1/namespaces/{self.ns}/distributedtrainingjobs"
+            return [(f"/apis/torchrun.dev/v1alpha1/{ns}/distributedtrainingjobs", self._on_job)]
         if self.kind == KUBEFLOW:
-            return f"/apis/kubeflow.org/v1/namespaces/{self.ns}/pytorchjobs"
-        return None
+            return [(f"/apis/kubeflow.org/v1/{ns}/pytorchjobs", self._on_job)]
+        if self.kind == TRAINER:
+            return [
+                (f"/apis/trainer.kubeflow.org/v1alpha1/{ns}/trainjobs", self._on_job),
+                (f"/apis/jobset.x-k8s.io/v1alpha2/{ns}/jobsets", self._on_jobset),
+            ]
+        return []
 
     def start(self) -> None:
         self._watch(f"/api/v1/namespaces/{self.ns}/pods", self._on_pod)
-        path = self._path()
-        if path:
-            self._watch(path, self._on_job)
+        for path, on in self._paths():
+            self._watch(path, on)
 
     def _on_pod(self, t: float, event: str, obj: dict[str, Any]) -> None:
         obs = pod_obs(t, event, obj, self.job_label)
@@ -242,6 +252,9 @@ class Recorder:
 
     def _on_job(self, t: float, event: str, obj: dict[str, Any]) -> None:
         self.jobs.append(job_obs(t, self.kind, obj))
+
+    def _on_jobset(self, t: float, event: str, obj: dict[str, Any]) -> None:
+        self.restarts.append(jobset_obs(t, obj))
 
     def _watch(self, path: str, on: Callable[[float, str, dict[str, Any]], None]) -> None:
         """Watches from an empty start; when the apiserver drops the watch (it closes watchers
@@ -342,10 +355,11 @@ class OperatorProc:
     """One operator process, started fresh for every run."""
 
     kind = ""
+    name = ""  # the log's name, if not the kind's
 
     def __init__(self, cluster: Cluster, workdir: Path, bin_dir: Path) -> None:
         self.cluster, self.workdir, self.bin_dir = cluster, workdir, bin_dir
-        self.kubeconfig = cluster.mint_kubeconfig(USERS[self.kind], ["system:masters"])
+        self.kubeconfig = cluster.mint_kubeconfig(self.user, ["system:masters"])
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.cpu0 = 0.0
@@ -359,8 +373,13 @@ class OperatorProc:
         return USERS[self.kind]
 
     @property
+    def users(self) -> list[str]:
+        """Whose API requests are this operator's (audit log users)."""
+        return [self.user]
+
+    @property
     def log_path(self) -> Path:
-        return self.workdir / f"{self.kind}-{self.runs}.log"
+        return self.workdir / f"{self.name or self.kind}-{self.runs}.log"
 
     def argv(self) -> list[str]:
         raise NotImplementedError
@@ -553,11 +572,17 @@ class AuditLog:
     def offset(self) -> int:
         return self.path.stat().st_size if self.path.exists() else 0
 
-    def count(self, user: str, start: float, end: float, offset: int) -> audit.Requests:
+    def count(
+        self, users: list[str], start: float, end: float, offset: int
+    ) -> dict[str, audit.Requests]:
+        """Each user's requests (audit.total sums them)."""
         time.sleep(1.5)  # batch mode flushes within a second
-        with self.path.open() as f:
-            f.seek(offset)
-            return audit.count(f, user, start, end)
+        out = {}
+        for user in users:
+            with self.path.open() as f:
+                f.seek(offset)
+                out[user] = audit.count(f, user, start, end)
+        return out
 
 
 def http_get(url: str) -> str:

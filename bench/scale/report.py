@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .workloads import DIRECT, KUBEFLOW, OURS, Workload
+from .workloads import DIRECT, KUBEFLOW, OURS, TRAINER, Workload
 
 # (key, label, unit) in the order the table lists them; every figure: lower is better.
 FIGURES: list[tuple[str, str, str]] = [
@@ -49,21 +49,28 @@ def _ratio(ours: Any, theirs: Any) -> str:
     return f"{theirs / ours:.2f}x"
 
 
-def rows(w: Workload, results: dict[str, dict[str, Any]]) -> list[tuple[str, str, str, str, str]]:
-    """(figure, ours, training-operator, ratio training-operator/ours, direct client)."""
-    ours, theirs, direct = (results.get(k) or {} for k in (OURS, KUBEFLOW, DIRECT))
+def rows(w: Workload, results: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
+    """(figure, ours, training-operator, its ratio to ours, Trainer v2 + JobSet, its ratio
+    to ours, direct client)."""
+    ours, direct = results.get(OURS) or {}, results.get(DIRECT) or {}
+    others = [results.get(k) or {} for k in (KUBEFLOW, TRAINER)]
     out = []
     for key, label, unit in FIGURES:
         if key.startswith("restart") and not w.gang_restart:
             continue
         name = f"{label} ({unit})" if unit else label
         d = value(direct, key) if key in ("pods_created_s", "pods_running_s") else None
-        a, b = value(ours, key), value(theirs, key)
-        out.append((name, _fmt(a), _fmt(b) if theirs else "not run", _ratio(a, b), _fmt(d)))
+        a = value(ours, key)
+        row = [name, _fmt(a)]
+        for theirs in others:
+            b = value(theirs, key)
+            row += [_fmt(b) if theirs else "not run", _ratio(a, b)]
+        out.append((*row, _fmt(d)))
     return out
 
 
-HEADER = ("figure", OURS, KUBEFLOW, "ratio", "direct client (no operator)")
+TRAINER_LABEL = "Trainer v2 + JobSet"
+HEADER = ("figure", OURS, KUBEFLOW, "ratio", TRAINER_LABEL, "ratio", "direct client (no operator)")
 
 
 def markdown_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:

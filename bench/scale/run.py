@@ -1,5 +1,6 @@
-"""Runs the workloads: for each, the direct client, our operator and training-operator, one
-at a time on the same cluster, each in a fresh namespace that is emptied afterwards."""
+"""Runs the workloads: for each, the direct client, our operator, training-operator and
+Trainer v2 + JobSet, one at a time on the same cluster, each in a fresh namespace that is
+emptied afterwards; then the scaling series (the operators only, on the same machinery)."""
 
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ from localkube import procs
 from localkube.testing import pick_base
 from torchrun_operator.api.names import API_VERSION, PLURAL
 
-from . import audit, figures, report
+from . import audit, figures, report, series
 from .harness import (
     DIRECT_USER,
+    OPERATOR_USERS,
     REPO,
-    USERS,
     AuditLog,
     BenchCluster,
     BenchError,
@@ -44,25 +45,36 @@ from .harness import (
     parallel,
     wait,
 )
+from .trainer import JOBSET_VERSION, TRAINER_VERSION, TrainerJobSet
 from .workloads import (
     DIRECT,
     FAIL_EXIT_CODE,
     FULL,
     KUBEFLOW,
+    OPERATORS,
     OURS,
+    SERIES,
     SMOKE,
+    SMOKE_SERIES,
+    TRAINER,
     Workload,
     direct_pod,
     job_label,
     kubeflow_job,
     ours_job,
+    trainer_job,
 )
 
-SHORT = {OURS: "ours", KUBEFLOW: "kf", DIRECT: "direct"}
+SHORT = {OURS: "ours", KUBEFLOW: "kf", TRAINER: "trainer", DIRECT: "direct"}
 JOB_PATHS = {
     OURS: (API_VERSION, PLURAL),
     KUBEFLOW: ("kubeflow.org/v1", "pytorchjobs"),
+    TRAINER: ("trainer.kubeflow.org/v1alpha1", "trainjobs"),
 }
+MAKE_JOB = {OURS: ours_job, KUBEFLOW: kubeflow_job, TRAINER: trainer_job}
+# What a run leaves besides its jobs, pods, Services and ConfigMaps: Trainer's JobSets and
+# their Jobs (deleted with their TrainJob by the garbage collector, but not at once).
+LEFT_BEHIND = {TRAINER: [("jobset.x-k8s.io/v1alpha2", "jobsets"), ("batch/v1", "jobs")]}
 
 
 def bin_dir() -> Path:
@@ -91,7 +103,8 @@ class Bench:
         logs = workdir / "cluster" / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         policy = workdir / "audit-policy.yaml"
-        policy.write_text(yaml.safe_dump(audit.policy([*USERS.values(), DIRECT_USER])))
+        users = [u for us in OPERATOR_USERS.values() for u in us]
+        policy.write_text(yaml.safe_dump(audit.policy([*users, DIRECT_USER])))
         self.audit = AuditLog(logs / "audit.log")
         BenchCluster.audit_flags = audit.apiserver_flags(str(policy), str(self.audit.path))
         self.workers = workers
@@ -121,6 +134,13 @@ class Bench:
                 raise BenchError(f"missing {binary}: run cluster/build.sh all")
             Kubeflow.install(self.api)
             self.ops[KUBEFLOW] = Kubeflow(self.cluster, opdir, self.bins)
+        if TRAINER in self.kinds:
+            missing = [b for b in TrainerJobSet.binaries(self.bins) if not b.exists()]
+            if missing:
+                raise BenchError(f"missing {missing}: run cluster/build.sh all")
+            trainer = TrainerJobSet(self.cluster, opdir, self.bins)
+            trainer.install(self.api)
+            self.ops[TRAINER] = trainer
         self.log(f"cluster with {nodes} KWOK nodes up in {time.monotonic() - t:.0f}s")
 
     def down(self) -> None:
@@ -152,7 +172,7 @@ class Bench:
             parallel(pods, lambda p: create_raw(self.api, f"/api/v1/namespaces/{ns}/pods", p))
         else:
             gv, plural = JOB_PATHS[kind]
-            make = ours_job if kind == OURS else kubeflow_job
+            make = MAKE_JOB[kind]
             path = f"/apis/{gv}/namespaces/{ns}/{plural}"
             parallel([make(w, n) for n in names], lambda j: create_raw(self.api, path, j))
         fault_uid = None
@@ -191,8 +211,11 @@ class Bench:
         if op is not None:
             cpu, rss = op.usage()
             op.stop_profiler()
+            if isinstance(op, TrainerJobSet):
+                out["by_process"] = op.usage_by_process()
             op.stop()
-            requests = self.audit.count(op.user, t0, t_end, offset)
+            by_user = self.audit.count(op.users, t0, t_end, offset)
+            requests = audit.total(by_user.values())
             out.update(
                 cpu_s=cpu,
                 peak_rss_mib=rss,
@@ -201,17 +224,21 @@ class Bench:
                 api_requests_by_verb=dict(requests.by_verb),
                 api_requests_by_resource=dict(requests.by_resource),
             )
+            if len(by_user) > 1:
+                out["api_requests_by_user"] = {u: r.total for u, r in by_user.items()}
         rec.stop()
         out["watch_relists"] = rec.relists
         if rec.errors:
             raise BenchError(f"{ns}: watch errors: {rec.errors[:3]}")
-        out.update(figures.compute(w, kind, list(rec.pods), list(rec.jobs), t0, fault_uid))
+        restarts = list(rec.restarts) if kind == TRAINER else None
+        out.update(figures.compute(w, kind, list(rec.pods), list(rec.jobs), t0, fault_uid,
+                                   restarts))  # fmt: skip
         if kind != DIRECT and out["jobs_succeeded"] != len(names):
             raise BenchError(
                 f"{kind}: {out['jobs_succeeded']}/{len(names)} jobs of {ns} Succeeded, "
                 f"{out['jobs_failed']} Failed\n{self._job_summary(rec, names)}"
             )
-        kinds = [JOB_PATHS[kind]] if kind in JOB_PATHS else []
+        kinds = [JOB_PATHS[kind], *LEFT_BEHIND.get(kind, [])] if kind in JOB_PATHS else []
         clean_namespace(self.api, ns, kinds)
         out["wall_s"] = round(time.time() - t0, 1)
         return out
@@ -259,7 +286,7 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}"
 
 
-HOW = """\
+HOW = f"""\
 How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized version):
 
 - One localkube control plane (etcd, kube-apiserver, controller-manager, scheduler; no process
@@ -274,73 +301,188 @@ How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized ver
   burst 30, gang scheduling off). Equivalent jobs: a DistributedTrainingJob of N nodes; a
   PyTorchJob of 1 Master + N-1 Workers, `restartPolicy: ExitCode`. Each runs alone, started
   fresh, in a namespace of its own that is emptied before the next run.
+- Kubeflow Trainer {TRAINER_VERSION} and JobSet {JOBSET_VERSION} (the JobSet that Trainer's
+  go.mod requires and its manifests install), built by `cluster/build.sh all` from their Go
+  modules, as two local processes started and stopped together, each with its release's
+  configuration but for what a host process needs: servers on 127.0.0.1, no leader election,
+  no certificate management, logging at info. Trainer: client QPS 50 / burst 100, one
+  TrainJob worker (its configuration asks for 5, which controller-runtime does not apply to
+  a controller without a `For` type, as Trainer's is: its log says `worker count: 1`);
+  JobSet: QPS 500 / burst 500, one JobSet worker and one pod worker. Their webhooks (TrainJob
+  and JobSet defaulting and validation, JobSet's pod webhooks) are served, with a certificate
+  from the cluster's CA and webhook configurations that call 127.0.0.1
+  (`bench/scale/trainer.py` says why); CRDs, webhooks, configurations and the runtime are
+  read from the Go module cache. Equivalent job:
+  a TrainJob on the `torch-distributed` ClusterTrainingRuntime of Trainer's manifests,
+  `numNodes` N, the same image, command and GPU limit, the KWOK annotation through
+  `runtimePatches`. The runtime gets a restart policy it lacks: `backoffLimit: 0` on its
+  `node` Job and `failurePolicy.maxRestarts: 3` on the JobSet, so a failed pod fails its Job
+  and JobSet recreates the whole gang. Trainer makes one JobSet, JobSet one indexed Job of N
+  pods and a headless Service; **the pods are created and tracked by Kubernetes' Job
+  controller (in kube-controller-manager), whose CPU and API requests are not counted** for
+  Trainer + JobSet; ours and training-operator create and watch their pods themselves.
 - Times come from the benchmark's own watches on pods and jobs (its clock on arrival).
   "Job status" lag: the k-th pod of a job to start (or finish) is reflected once the job's
   status counts k started (finished) pods: our `status.nodes`, training-operator's
-  `replicaStatuses`. API requests: the apiserver's audit log (metadata, one event per request)
-  counted by the operator's user, from the first create to the last job finished. CPU and
-  peak RSS: `/proc/<pid>` of the operator process (utime+stime over the run, VmHWM).
+  `replicaStatuses`. Trainer's TrainJob counts child Jobs, not pods: `status.jobsStatus`
+  (which Trainer copies from its JobSet's `replicatedJobsStatus`) says per replicated job how
+  many Jobs are `ready` (ready + succeeded pods >= the Job's parallelism), `succeeded` and
+  `failed`; with one Job of N pods, only the last pod to start (reflected once `ready`,
+  `succeeded` or `failed` is 1) and the last pod to finish (`succeeded` or `failed` is 1) are
+  samples. A TrainJob is Running when each replicated job has a ready or succeeded Job,
+  Succeeded at its `Complete` condition; it says Restarting when its JobSet's
+  `status.restarts` is above 0. API requests: the apiserver's audit log (metadata, one event
+  per request) counted by the operator's user (Trainer's and JobSet's users summed), from the
+  first create to the last job finished. CPU and peak RSS: `/proc/<pid>` of the operator
+  process (utime+stime over the run, VmHWM); for Trainer + JobSet both processes' summed (the
+  sum of two peaks: an upper bound of their peak together).
 - Gang restart (512-node job): once the job says Running, one worker pod is failed with exit
   code 137. Ours deletes and recreates all 512 pods (a new rendezvous), after waiting 10 s
   for other nodes' reports (`SETTLE_SECONDS`: a pod failing on its own, while the others keep
   running, is what KWOK shows; with real torchrun the others exit within seconds and the wait
   ends early); no back-off (`backoffSeconds: 0`). training-operator replaces only the failed
-  pod, so the other 511 keep a rendezvous that real torchrun would have torn down.
+  pod, so the other 511 keep a rendezvous that real torchrun would have torn down. Trainer +
+  JobSet: the Job fails, JobSet deletes it (foreground: its pods first) and creates it anew,
+  whose 512 pods the Job controller creates.
 - training-operator marks a PyTorchJob Succeeded when its Master succeeds, so "last pod
   finished -> job Succeeded" can be negative for it (workers still running).
+- Scaling series (`python -m bench.scale --series`; `make bench` runs it after the tables):
+  one job of 64, 128, 256 and 512 pods, and 100, 250 and 500 one-pod jobs, each pod Running
+  15 s, the operators only, each run as above (fresh operator, own namespace); the figures per
+  pod are the run's operator CPU and API requests divided by its pods.
 """
 
+CHART = Path(__file__).resolve().parent / "scaling.png"
+KIND_LABELS = {
+    OURS: "torchrun-operator",
+    KUBEFLOW: "training-operator v1.9.3",
+    TRAINER: f"Trainer {TRAINER_VERSION} + JobSet {JOBSET_VERSION}",
+}
 
-def readme_section(results: dict[str, Any], workloads: list[Workload], meta: dict[str, Any]) -> str:
-    parts = [
-        "## Control-plane scale (KWOK), side by side with Kubeflow training-operator",
+
+def series_section(data: dict[str, Any], chart: str) -> list[str]:
+    meta = data["series_meta"]
+    loads = [Workload(**w) for w in meta["workloads"]]
+    return [
+        "### Scaling: operator CPU and API requests per pod",
         "",
-        f"Measured {meta['date']} on {meta['machine']}, `make bench` "
-        f"({meta['total_s'] / 60:.0f} minutes in all). Ratio = training-operator / ours: above "
-        "1, ours is lower (better) on that line. The direct client creates the same pods with "
-        "no operator (16 threads): the machine's limit for creating and starting pods.",
+        f"Measured {meta['date']} on {meta['machine']} ({meta['total_s'] / 60:.0f} minutes). "
+        "Solid: one job of N pods; dashed: N jobs of one pod.",
+        "",
+        f"![operator CPU-seconds and API requests per pod against N]({chart})",
+        "",
+        series.markdown_table(data["series"], loads, KIND_LABELS),
         "",
     ]
-    for w in workloads:
-        parts += [report.markdown_table(w, results[w.name]), ""]
+
+
+def readme_section(data: dict[str, Any], chart: str = "scale/scaling.png") -> str:
+    """The README's generated section from a results file: the tables, the series, HOW."""
+    parts = [
+        "## Control-plane scale (KWOK), side by side with Kubeflow training-operator and "
+        "Trainer v2 + JobSet",
+        "",
+    ]
+    meta = data.get("meta")
+    if meta:
+        parts += [
+            f"Measured {meta['date']} on {meta['machine']}, `make bench` "
+            f"({meta['total_s'] / 60:.0f} minutes in all). Ratio = the other operator / ours: "
+            "above 1, ours is lower (better) on that line. The direct client creates the same "
+            "pods with no operator (16 threads): the machine's limit for creating and starting "
+            "pods.",
+            "",
+        ]
+        for w in (Workload(**x) for x in meta["workloads"]):
+            parts += [report.markdown_table(w, data["results"][w.name]), ""]
+    if data.get("series_meta"):
+        parts += series_section(data, chart)
     parts += [HOW]
-    notes = meta.get("notes") or []
+    notes = (meta or {}).get("notes") or []
     if notes:
         parts += ["Notes from this run:", "", *[f"- {n}" for n in notes], ""]
     return "\n".join(parts)
 
 
+def write_series_chart(data: dict[str, Any], path: Path = CHART) -> None:
+    meta = data["series_meta"]
+    loads = [Workload(**w) for w in meta["workloads"]]
+    title = f"bench/scale series, {meta['date']}, {meta['machine'].split(' (')[0]}"
+    series.write_chart(path, series.points(data["series"], loads), KIND_LABELS, title)
+
+
+def update_readme(readme: Path, data: dict[str, Any]) -> None:
+    text = readme.read_text() if readme.exists() else "# Benchmarks\n"
+    readme.write_text(report.replace_section(text, readme_section(data)))
+
+
+def run_workloads(
+    bench: Bench,
+    workloads: list[Workload],
+    kinds: list[str],
+    results: dict[str, dict[str, Any]],
+    log: Any,
+) -> None:
+    """Every workload with every kind, one run at a time, into results[workload][kind]; a
+    failing run raises BenchError, with what ran before it in `results`."""
+    for w in workloads:
+        got = results.setdefault(w.name, {})
+        for kind in kinds:
+            log(f"{w.name} ({w.jobs} x {w.nodes}): {kind} ...")
+            got[kind] = bench.run(w, kind)
+            log(f"{w.name}: {kind} done in {got[kind]['wall_s']}s")
+
+
+def render(results_json: Path, readme: Path | None) -> int:
+    data = json.loads(results_json.read_text())
+    if data.get("meta"):
+        for w in (Workload(**x) for x in data["meta"]["workloads"]):
+            print(report.text_table(w, data["results"][w.name]))
+    if readme:
+        if data.get("series_meta"):
+            write_series_chart(data)
+        update_readme(readme, data)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     p.add_argument("--smoke", action="store_true", help="tiny workloads (CI)")
-    p.add_argument("--kinds", default=",".join([DIRECT, OURS, KUBEFLOW]))
+    p.add_argument("--kinds", default=",".join([DIRECT, *OPERATORS]))
     p.add_argument("--workloads", default="", help="comma-separated names (default: all)")
+    p.add_argument("--series", action="store_true", help="run the scaling series only")
+    p.add_argument("--no-series", action="store_true", help="run the tables only")
     p.add_argument("--workers", type=int, default=16, help="our operator's --workers")
-    p.add_argument("--json", type=Path, help="write every figure here")
-    p.add_argument("--readme", type=Path, help="update this README's scale section")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="write every figure here (a run of only the "
+        "tables or only the series keeps the other part of an existing file)",
+    )
+    p.add_argument(
+        "--readme",
+        type=Path,
+        help="update this README's scale section (and, with "
+        f"the series, {CHART.relative_to(REPO)})",
+    )
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--render", type=Path, help="run nothing: rebuild --readme from this JSON")
     p.add_argument("--profile", type=Path, help="py-spy our operator in every run; stacks here")
     args = p.parse_args(argv)
     if args.render:
-        data = json.loads(args.render.read_text())
-        meta, loads = data["meta"], [Workload(**w) for w in data["meta"]["workloads"]]
-        for w in loads:
-            print(report.text_table(w, data["results"][w.name]))
-        if args.readme:
-            text = args.readme.read_text() if args.readme.exists() else "# Benchmarks\n"
-            section = readme_section(data["results"], loads, meta)
-            args.readme.write_text(report.replace_section(text, section))
-        return 0
+        return render(args.render, args.readme)
     aliases = {**{v: k for k, v in SHORT.items()}, **{k: k for k in SHORT}}
     unknown = [k for k in args.kinds.split(",") if k and k not in aliases]
     if unknown:
         p.error(f"unknown --kinds {unknown}; choose from {sorted(aliases)}")
     kinds = [aliases[k] for k in args.kinds.split(",") if k]
-    workloads = SMOKE if args.smoke else FULL
+    workloads = [] if args.series else SMOKE if args.smoke else FULL
     if args.workloads:
         wanted = set(args.workloads.split(","))
         workloads = [w for w in workloads if w.name in wanted]
+    run_series = not args.no_series and not args.workloads and (args.series or not args.smoke)
+    series_loads = (SMOKE_SERIES if args.smoke else SERIES) if run_series else []
+    series_kinds = [k for k in kinds if k in OPERATORS]
 
     def log(msg: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -348,42 +490,58 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     log(f"work directory {workdir}")
     started = time.time()
-    results: dict[str, dict[str, Any]] = {w.name: {} for w in workloads}
+    results: dict[str, dict[str, Any]] = {}
+    series_results: dict[str, dict[str, Any]] = {}
+    series_s = 0.0
     bench = Bench(workdir, kinds, args.workers, log)
     failed: str | None = None
     try:
-        bench.up(max(w.pods for w in workloads))
+        bench.up(max(w.pods for w in [*workloads, *series_loads]))
         if args.profile is not None and OURS in bench.ops:
             bench.ops[OURS].profile_dir = args.profile.resolve()
-        for w in workloads:
-            for kind in kinds:
-                log(f"{w.name} ({w.jobs} x {w.nodes}): {kind} ...")
-                results[w.name][kind] = bench.run(w, kind)
-                log(f"{w.name}: {kind} done in {results[w.name][kind]['wall_s']}s")
+        run_workloads(bench, workloads, kinds, results, log)
+        t = time.time()
+        run_workloads(bench, series_loads, series_kinds, series_results, log)
+        series_s = time.time() - t
     except BenchError as e:
         failed = str(e)
     finally:
         bench.down()
     total = time.time() - started
     for w in workloads:
-        print(report.text_table(w, results[w.name]), flush=True)
-    meta = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "total_s": total,
-        "kinds": kinds,
-        "workloads": [w.__dict__ for w in workloads],
-    }
+        print(report.text_table(w, results.get(w.name) or {}), flush=True)
+    data: dict[str, Any] = {}
+    if args.json and args.json.exists() and not (workloads and series_loads):
+        data = json.loads(args.json.read_text())  # keep the part this run did not redo
+    when, where = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), machine()
+    if workloads:
+        data["meta"] = {
+            "date": when, "machine": where, "total_s": total, "kinds": kinds,
+            "workloads": [w.__dict__ for w in workloads],
+        }  # fmt: skip
+        data["results"] = results
+    if series_loads:
+        pts = series.points(series_results, series_loads)
+        for kind, shapes in pts.items():
+            for shape, figs in shapes.items():
+                print(f"series {kind} {shape}: " + "; ".join(
+                    f"{k} " + " ".join(f"{x}:{y:.3g}" for x, y in xy) for k, xy in figs.items()
+                ), flush=True)  # fmt: skip
+        data["series_meta"] = {
+            "date": when, "machine": where, "total_s": series_s, "kinds": series_kinds,
+            "workloads": [w.__dict__ for w in series_loads],
+        }  # fmt: skip
+        data["series"] = series_results
     if args.json:
-        args.json.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+        args.json.write_text(json.dumps(data, indent=1))
     if failed:
         print(f"BENCHMARK FAILED: {failed}", file=sys.stderr, flush=True)
         print(f"logs kept in {workdir}", file=sys.stderr)
         return 1
     if args.readme:
-        text = args.readme.read_text() if args.readme.exists() else "# Benchmarks\n"
-        args.readme.write_text(report.replace_section(text, readme_section(results, workloads,
-                                                                           meta)))  # fmt: skip
+        if series_loads:
+            write_series_chart(data)
+        update_readme(args.readme, data)
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     log(f"done in {total:.0f}s")

@@ -12,10 +12,16 @@ GPUS_PER_NODE = 8
 
 OURS = "torchrun-operator"
 KUBEFLOW = "training-operator"
+TRAINER = "trainer-v2"  # Kubeflow Trainer v2 + JobSet
 DIRECT = "direct"
+OPERATORS = [OURS, KUBEFLOW, TRAINER]  # the kinds with an operator, in table order
 
 OURS_JOB_LABEL = "torchrun.dev/job-name"
 KUBEFLOW_JOB_LABEL = "training.kubeflow.org/job-name"
+TRAINER_JOB_LABEL = "jobset.sigs.k8s.io/jobset-name"  # the JobSet is named as its TrainJob
+TRAINER_RUNTIME = "torch-distributed"  # the ClusterTrainingRuntime of Trainer's manifests
+# Owner of the TrainJob's runtimePatches entry (Trainer wants a domain-prefixed path).
+BENCH_PATCH_MANAGER = "bench.torchrun.dev/scale"
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,24 @@ SMOKE = [
     Workload("mid", jobs=3, nodes=2, run_seconds=5),
     Workload("small", jobs=4, nodes=1, run_seconds=5),
 ]
+
+# The scaling series: operator CPU and API requests per pod as the size grows, one gang job
+# of N pods and N one-pod jobs. Short runs: what grows with the run time (watches, resyncs)
+# is not what the series is after.
+SERIES_GANG = "gang"  # one job of N pods
+SERIES_SINGLES = "singles"  # N jobs of one pod
+SERIES = [
+    *(Workload(f"series-g{n}", jobs=1, nodes=n, run_seconds=15) for n in (64, 128, 256, 512)),
+    *(Workload(f"series-s{n}", jobs=n, nodes=1, run_seconds=15) for n in (100, 250, 500)),
+]
+SMOKE_SERIES = [
+    Workload("series-g4", jobs=1, nodes=4, run_seconds=5),
+    Workload("series-s3", jobs=3, nodes=1, run_seconds=5),
+]
+
+
+def series_shape(w: Workload) -> str:
+    return SERIES_GANG if w.jobs == 1 else SERIES_SINGLES
 
 
 def _container(name: str) -> dict[str, Any]:
@@ -103,6 +127,43 @@ def kubeflow_job(w: Workload, name: str) -> dict[str, Any]:
     }
 
 
+def trainer_job(w: Workload, name: str) -> dict[str, Any]:
+    """The same job as a Kubeflow Trainer v2 TrainJob on the torch ClusterTrainingRuntime:
+    `numNodes` pods (one indexed Job of the JobSet's `node` replicated job), the same image,
+    command and GPU limit in the runtime's `node` container (`trainer`), and the pods' KWOK
+    annotation and grace period through a runtimePatches entry (Trainer's way to set pod
+    metadata). The restart policy lives in the runtime (trainer.py: bench_runtime)."""
+    pod_patch = {
+        "metadata": {"annotations": {RUN_SECONDS: f"{w.run_seconds}s"}},
+        "spec": {"terminationGracePeriodSeconds": 0},
+    }
+    node = {"name": "node", "template": {"spec": {"template": pod_patch}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {
+                "apiGroup": "trainer.kubeflow.org",
+                "kind": "ClusterTrainingRuntime",
+                "name": TRAINER_RUNTIME,
+            },
+            "trainer": {
+                "numNodes": w.nodes,
+                "image": IMAGE,
+                "command": _container("node")["command"],
+                "resourcesPerNode": _container("node")["resources"],
+            },
+            "runtimePatches": [
+                {
+                    "manager": BENCH_PATCH_MANAGER,
+                    "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}},
+                }
+            ],
+        },
+    }
+
+
 def direct_pod(w: Workload, job: str, index: int) -> dict[str, Any]:
     """A bare pod shaped like the operators' (same container, resources and annotations)."""
     t = _template(w, "trainer")
@@ -119,4 +180,4 @@ def direct_pod(w: Workload, job: str, index: int) -> dict[str, Any]:
 
 
 def job_label(kind: str) -> str:
-    return KUBEFLOW_JOB_LABEL if kind == KUBEFLOW else OURS_JOB_LABEL
+    return {KUBEFLOW: KUBEFLOW_JOB_LABEL, TRAINER: TRAINER_JOB_LABEL}.get(kind, OURS_JOB_LABEL)

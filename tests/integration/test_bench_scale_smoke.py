@@ -1,7 +1,7 @@
 """The control-plane benchmark (bench/scale) end to end on tiny workloads: its own localkube
-cluster with KWOK fake GPU nodes, our operator, Kubeflow's training-operator and the direct
-client. Every job must reach Succeeded (the benchmark exits non-zero otherwise) and the
-table must hold every figure for every workload."""
+cluster with KWOK fake GPU nodes, our operator, Kubeflow's training-operator, Kubeflow Trainer
+v2 + JobSet and the direct client. Every job must reach Succeeded (the benchmark exits non-zero
+otherwise) and the table must hold every figure for every workload."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench.scale import report  # noqa: E402
-from bench.scale.workloads import DIRECT, KUBEFLOW, OURS, SMOKE  # noqa: E402
+from bench.scale.workloads import DIRECT, KUBEFLOW, OPERATORS, OURS, SMOKE, TRAINER  # noqa: E402
 
 pytestmark = pytest.mark.localkube
 
@@ -28,13 +28,13 @@ def test_bench_scale_smoke(tmp_path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "cluster"), str(REPO / "operator")])
     proc = subprocess.run(
         [sys.executable, "-m", "bench.scale", "--smoke", "--json", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=480,
     )  # fmt: skip
     assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     results = json.loads(out.read_text())["results"]
     for w in SMOKE:
         got = results[w.name]
-        for kind in (OURS, KUBEFLOW):
+        for kind in OPERATORS:
             assert got[kind]["jobs_succeeded"] == w.jobs, (kind, w.name, got[kind])
             assert got[kind]["pods"] == w.pods, (kind, w.name)
         assert got[DIRECT]["pods_running_s"] is not None
@@ -48,12 +48,21 @@ def test_bench_scale_smoke(tmp_path: Path) -> None:
         both += ["cpu_s", "peak_rss_mib", "status_lag_max_s", "finish_lag_max_s"]
         both += ["restart_s", "restart_pods_replaced"] if w.gang_restart else []
         for key in both:
-            for kind in (OURS, KUBEFLOW):
+            for kind in OPERATORS:
                 assert got[kind].get(key) is not None, (w.name, kind, key, got[kind])
         for key in expected:
             assert report.value(got[OURS], key) is not None, (w.name, key)
         assert f"== {w.name}" in proc.stdout
     big = results["big"]
-    # Our gang restart replaces every pod; training-operator replaces the failed one.
+    # Our gang restart replaces every pod, and so does JobSet's (a new Job); training-operator
+    # replaces the failed one.
     assert big[OURS]["restart_pods_replaced"] == SMOKE[0].nodes
+    assert big[TRAINER]["restart_pods_replaced"] == SMOKE[0].nodes
     assert big[KUBEFLOW]["restart_pods_replaced"] == 1
+    assert big[TRAINER]["restart_status_noticed_s"] is not None
+    # Both of Trainer's processes are counted, each under its own user.
+    assert set(big[TRAINER]["api_requests_by_user"]) == {
+        "bench-trainer-controller-manager",
+        "bench-jobset-controller",
+    }
+    assert all(n > 0 for n in big[TRAINER]["api_requests_by_user"].values())

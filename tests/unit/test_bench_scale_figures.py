@@ -128,4 +128,5 @@ def test_table_ratio_is_theirs_over_ours_and_has_every_row() -> None:
     w = Workload("w", jobs=1, nodes=2, run_seconds=1)
     rows = report.rows(w, {OURS: {"pods_created_s": 2.0}, KUBEFLOW: {"pods_created_s": 5.0}})
     assert rows[0][1:4] == ("2.00", "5.00", "2.50x")
+    assert rows[0][4:6] == ("not run", "n/a")
     assert len(rows) == len([f for f in report.FIGURES if not f[0].startswith("restart")])
