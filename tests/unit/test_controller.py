@@ -574,9 +574,9 @@ def test_the_watch_echo_of_our_own_status_write_is_not_reconciled_again() -> Non
     h = Harness(make_job())
     start(h)  # the status write's answer is in the cache
     written = copy.deepcopy(h.api.job)
-    assert h.ctrl.jobs.get(("ns", "job"))["metadata"]["resourceVersion"] == (  # type: ignore[index]
-        written["metadata"]["resourceVersion"]
-    )
+    cached = h.ctrl.jobs.get(("ns", "job"))
+    assert cached is not None
+    assert cached["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
     h.ctrl.on_job_event("MODIFIED", copy.deepcopy(written))
     assert len(h.ctrl.queue) == 0
     changed = copy.deepcopy(written)
