@@ -274,14 +274,3 @@ def test_the_series_spans_the_sizes_asked_for() -> None:
     assert sorted(w.nodes for w in SERIES if w.jobs == 1) == [64, 128, 256, 512]
     assert sorted(w.jobs for w in SERIES if w.nodes == 1) == [100, 250, 500]
     assert all(10 <= w.run_seconds <= 20 for w in SERIES)
-
-
-def test_chart_has_two_panels(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
-    pts = {OURS: {"gang": {"cpu_s": [(64, 0.1), (128, 0.08)],
-                           "api_requests": [(64, 4.0), (128, 4.1)]}},
-           TRAINER: {"singles": {"cpu_s": [(100, 0.02)],
-                                 "api_requests": [(100, 3.0)]}}}  # fmt: skip
-    out = tmp_path / "chart.png"
-    series.write_chart(out, pts, {OURS: "ours", KUBEFLOW: "kf", TRAINER: "tv2"}, "t")
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
