@@ -355,6 +355,11 @@ class OperatorProc:
     """One operator process, started fresh for every run."""
 
     kind = ""
+    # --profile: a folder for py-spy's collapsed stacks, one file per run (Python only). Class
+    # defaults, so that kinds made of several processes (TrainerJobSet) have them too.
+    profile_dir: Path | None = None
+    profile_label = ""
+    _spy: subprocess.Popen[bytes] | None = None
     name = ""  # the log's name, if not the kind's
 
     def __init__(self, cluster: Cluster, workdir: Path, bin_dir: Path) -> None:
@@ -363,10 +368,6 @@ class OperatorProc:
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.cpu0 = 0.0
-        # --profile: a folder for py-spy's collapsed stacks, one file per run (Python only).
-        self.profile_dir: Path | None = None
-        self.profile_label = ""
-        self._spy: subprocess.Popen[bytes] | None = None
 
     @property
     def user(self) -> str:

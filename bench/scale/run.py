@@ -5,6 +5,7 @@ emptied afterwards; then the scaling series (the operators only, on the same mac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -155,6 +156,21 @@ class Bench:
     # -- one run ----------------------------------------------------------------------------
 
     def run(self, w: Workload, kind: str) -> dict[str, Any]:
+        """One workload with one kind. A run that fails leaves the cluster as the next run
+        expects it: its operator stopped and its namespace emptied."""
+        try:
+            return self._run(w, kind)
+        except BenchError:
+            op = self.ops.get(kind)
+            if op is not None:
+                op.stop()
+            ns = f"{w.name}-{SHORT[kind]}"
+            with contextlib.suppress(Exception):
+                paths = [JOB_PATHS[kind], *LEFT_BEHIND.get(kind, [])] if kind in JOB_PATHS else []
+                clean_namespace(self.api, ns, paths)
+            raise
+
+    def _run(self, w: Workload, kind: str) -> dict[str, Any]:
         ns = f"{w.name}-{SHORT[kind]}"
         create_namespace(self.api, ns)
         rec = Recorder(self.api, ns, kind, job_label(kind))
@@ -248,6 +264,8 @@ class Bench:
         code 137, as the OOM killer or a lost node would; KWOK's bench-pod-fail stage does."""
         latest = {p.uid: p for p in rec.pods if p.job == job}
         alive = sorted((p for p in latest.values() if p.phase == "Running"), key=lambda p: p.name)
+        if not alive:
+            raise BenchError(f"{ns}: no Running pod of {job} to fail ({len(latest)} pods seen)")
         victim = alive[1] if len(alive) > 1 else alive[0]
         client.CoreV1Api(self.api).patch_namespaced_pod(
             victim.name, ns, {"metadata": {"annotations": {FAIL_EXIT_CODE: "137"}}}
@@ -425,12 +443,21 @@ def run_workloads(
 ) -> None:
     """Every workload with every kind, one run at a time, into results[workload][kind]; a
     failing run raises BenchError, with what ran before it in `results`."""
+    failures = []
     for w in workloads:
         got = results.setdefault(w.name, {})
         for kind in kinds:
             log(f"{w.name} ({w.jobs} x {w.nodes}): {kind} ...")
-            got[kind] = bench.run(w, kind)
+            try:
+                got[kind] = bench.run(w, kind)
+            except BenchError as e:
+                # The other kinds and workloads still run; the benchmark fails at the end.
+                log(f"{w.name}: {kind} FAILED: {e}")
+                failures.append(f"{w.name}/{kind}: {e}")
+                continue
             log(f"{w.name}: {kind} done in {got[kind]['wall_s']}s")
+    if failures:
+        raise BenchError("\n".join(failures))
 
 
 def render(results_json: Path, readme: Path | None) -> int:
@@ -499,10 +526,18 @@ def main(argv: list[str] | None = None) -> int:
         bench.up(max(w.pods for w in [*workloads, *series_loads]))
         if args.profile is not None and OURS in bench.ops:
             bench.ops[OURS].profile_dir = args.profile.resolve()
-        run_workloads(bench, workloads, kinds, results, log)
+        errors = []
+        try:
+            run_workloads(bench, workloads, kinds, results, log)
+        except BenchError as e:
+            errors.append(str(e))  # the series still runs; the benchmark fails at the end
         t = time.time()
-        run_workloads(bench, series_loads, series_kinds, series_results, log)
+        try:
+            run_workloads(bench, series_loads, series_kinds, series_results, log)
+        except BenchError as e:
+            errors.append(str(e))
         series_s = time.time() - t
+        failed = "\n".join(errors) or None
     except BenchError as e:
         failed = str(e)
     finally:
