@@ -228,10 +228,12 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
 ) -> None:
     ns = namespace
     queued_job(kube, ns, "first", 15)
-    time.sleep(1)  # Kueue admits in creation order
+    # Kueue admits Workloads in the order they were created, to the second, and the operator
+    # creates them when it sees each job: the second job is applied only once the first holds
+    # the quota (two Workloads made in the same second were seen admitted the other way).
+    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
     queued_job(kube, ns, "second", 1)
 
-    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
     second = wait_phase(kube, ns, "second", {"Queued"}, 60)
     admitted = condition(second, "Admitted")
     assert admitted["status"] == "False" and admitted["reason"] == "Pending", admitted
