@@ -327,9 +327,12 @@ How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized ver
   TrainJob worker (its configuration asks for 5, which controller-runtime does not apply to
   a controller without a `For` type, as Trainer's is: its log says `worker count: 1`);
   JobSet: QPS 500 / burst 500, one JobSet worker and one pod worker. Their webhooks (TrainJob
-  and JobSet defaulting and validation, JobSet's pod webhooks) are served, with a certificate
-  from the cluster's CA and webhook configurations that call 127.0.0.1
-  (`bench/scale/trainer.py` says why); CRDs, webhooks, configurations and the runtime are
+  and JobSet defaulting and validation, JobSet's pod webhooks) are served, not left out: they
+  are on every job's path in a real installation (the apiserver calls JobSet for each of its
+  pods), and neither binary can turn its webhook server off. Their certificate management
+  (a Secret for a Service, mounted by a kubelet) cannot work for host processes, so it is
+  off, and they serve a certificate from the cluster's CA, the webhook configurations calling
+  127.0.0.1, as localkube does for Kueue. CRDs, webhooks, configurations and the runtime are
   read from the Go module cache. Equivalent job:
   a TrainJob on the `torch-distributed` ClusterTrainingRuntime of Trainer's manifests,
   `numNodes` N, the same image, command and GPU limit, the KWOK annotation through
@@ -338,7 +341,10 @@ How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized ver
   and JobSet recreates the whole gang. Trainer makes one JobSet, JobSet one indexed Job of N
   pods and a headless Service; **the pods are created and tracked by Kubernetes' Job
   controller (in kube-controller-manager), whose CPU and API requests are not counted** for
-  Trainer + JobSet; ours and training-operator create and watch their pods themselves.
+  Trainer + JobSet; ours and training-operator create and watch their pods themselves. The
+  Job controller's client has kube-controller-manager's default rate limit (QPS 20 / burst
+  30), as in a default cluster; on the larger workloads it is throttled (`client-side
+  throttling` in its log), which paces Trainer's pod creation and its jobs' status.
 - Times come from the benchmark's own watches on pods and jobs (its clock on arrival).
   "Job status" lag: the k-th pod of a job to start (or finish) is reflected once the job's
   status counts k started (finished) pods: our `status.nodes`, training-operator's
@@ -384,7 +390,7 @@ def series_section(data: dict[str, Any], chart: str) -> list[str]:
     return [
         "### Scaling: operator CPU and API requests per pod",
         "",
-        f"Measured {meta['date']} on {meta['machine']} ({meta['total_s'] / 60:.0f} minutes). "
+        f"Measured {meta['date']} on {meta['machine']} ({meta['total_s'] / 60:.0f} min). "
         "Solid: one job of N pods; dashed: N jobs of one pod.",
         "",
         f"![operator CPU-seconds and API requests per pod against N]({chart})",

@@ -62,7 +62,7 @@ def markdown_table(
     head = ["workload", *(f"{labels[k]}: {p.split(' per ')[0].replace('operator ', '')}"
                           for _, p in PANELS for k in kinds)]  # fmt: skip
     lines = [
-        "Per pod: " + ", ".join(p for _, p in PANELS) + ".",
+        "Per pod, over each run: operator CPU-seconds and API requests.",
         "",
         "| " + " | ".join(head) + " |",
         "| " + " | ".join(["---"] + ["---:"] * (len(head) - 1)) + " |",
