@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator import metrics
-from torchrun_operator.kube.cache import JobKey, PodCache
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.reconcile.admission import WorkloadAction
 from torchrun_operator.render import kueue
@@ -34,29 +32,20 @@ class WorkloadWatcher(PodWatcher):
     # Until it has listed once, no job is reconciled (as for the pod watch): without Kueue's
     # CRDs the operator waits, saying so.
     what = "workload watch (--kueue: are Kueue's CRDs installed?)"
-
-    def __init__(
-        self,
-        api: client.ApiClient,
-        cache: PodCache,
-        on_change: Callable[[JobKey], None],
-        namespace: str | None = None,
-    ) -> None:
-        super().__init__(api, cache, on_change, namespace)
-        self._custom = client.CustomObjectsApi(api)
-        self.thread.name = f"workloadwatch-{namespace or 'all'}"
+    thread_prefix = "workloadwatch"
 
     def _list_fn(self, kw: dict[str, Any]) -> Any:
+        custom = client.CustomObjectsApi(self._api)
         if self._namespace:
             return functools.partial(
-                self._custom.list_namespaced_custom_object,
+                custom.list_namespaced_custom_object,
                 kueue.GROUP,
                 kueue.VERSION,
                 self._namespace,
                 kueue.WORKLOADS,
             )
         return functools.partial(
-            self._custom.list_cluster_custom_object, kueue.GROUP, kueue.VERSION, kueue.WORKLOADS
+            custom.list_cluster_custom_object, kueue.GROUP, kueue.VERSION, kueue.WORKLOADS
         )
 
 

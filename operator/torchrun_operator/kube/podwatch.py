@@ -213,6 +213,7 @@ class PodWatcher(Watcher):
 
     what = "pod watch"
     selector = JOB_LABEL
+    thread_prefix = "podwatch"
 
     def __init__(
         self,
@@ -221,7 +222,7 @@ class PodWatcher(Watcher):
         on_change: Callable[[JobKey], None],
         namespace: str | None = None,
     ) -> None:
-        super().__init__(namespace, f"podwatch-{namespace or 'all'}")
+        super().__init__(namespace, f"{self.thread_prefix}-{namespace or 'all'}")
         self._core = client.CoreV1Api(api)
         self._api = api
         self._cache = cache
