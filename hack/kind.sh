@@ -20,6 +20,8 @@
 #   K8S_VERSION KIND_VERSION   as for hack/kind-node-image.sh
 #   KIND_NODE_IMAGE            a node image to use as it is (default: build local/kind-node:$K8S_VERSION)
 #   KIND_WAIT                  how long `kind create cluster` waits for Ready nodes (default 5m)
+#   KIND_POD_SUBNET            the pods' addresses (default 10.144.0.0/16)
+#   KIND_HOST_ROUTES           1 (default): routes from the host to the pods (host_routes below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -96,6 +98,27 @@ EOF
   export PATH="$SHIM_DIR:$PATH"
 }
 
+# Host routes to each node's podCIDR through the node's address on Docker's kind network, as
+# the CNI sets up between nodes: processes on the host (the integration tests' operator, which
+# asks each pod for its rank map and progress on its pod IP) reach pods as from a node.
+# KIND_HOST_ROUTES=0: none.
+host_routes() {  # add|del name
+  [ "${KIND_HOST_ROUTES:-1}" = 1 ] || return 0
+  local node ip cidr
+  for node in $(kind_run get nodes --name "$2" 2>/dev/null); do
+    ip=$(docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$node") || continue
+    if [ "$1" = add ]; then
+      cidr=$("$(cluster/build.sh kind)/kubectl" --kubeconfig "$CACHE/kind/$2.kubeconfig" \
+        get node "$node" -o jsonpath='{.spec.podCIDR}')
+      [ -n "$cidr" ] && ip route replace "$cidr" via "$ip"
+    else
+      ip -4 route show via "$ip" | awk '{print $1}' | while read -r cidr; do
+        ip route del "$cidr" via "$ip"
+      done
+    fi
+  done
+}
+
 # The kind CLI, with the runtime above where the host needs it.
 kind_run() {
   local kind
@@ -106,9 +129,15 @@ kind_run() {
   "$kind" "$@"
 }
 
+# Pod addresses: outside the 10.200-254.0.0/16 networks local clusters take (localkube), since
+# the host routes to them (below).
+POD_SUBNET=${KIND_POD_SUBNET:-10.144.0.0/16}
+
 config() {  # workers
   echo "kind: Cluster"
   echo "apiVersion: kind.x-k8s.io/v1alpha4"
+  echo "networking:"
+  echo "  podSubnet: $POD_SUBNET"
   echo "nodes:"
   echo "- role: control-plane"
   for _ in $(seq "$1"); do echo "- role: worker"; done
@@ -130,6 +159,7 @@ case $cmd in
     hack/docker.sh || die "no Docker engine (hack/docker.sh failed)"
     if kind_run get clusters 2>/dev/null | grep -qx "$name"; then
       log "cluster $name exists"
+      host_routes add "$name"
       exit 0
     fi
     image=${KIND_NODE_IMAGE:-$(hack/kind-node-image.sh)} || die "no node image (hack/kind-node-image.sh failed)"
@@ -142,10 +172,12 @@ case $cmd in
     "$(cluster/build.sh kind)/kubectl" --kubeconfig "$CACHE/kind/$name.kubeconfig" \
       wait --for=condition=Ready nodes --all --timeout="${KIND_WAIT:-5m}" >/dev/null ||
       die "not every node of $name became Ready"
+    host_routes add "$name"
     log "cluster $name ($((workers + 1)) nodes) up in $(($(date +%s) - start))s; KUBECONFIG=$CACHE/kind/$name.kubeconfig"
     ;;
   delete)
     name=${1:-torchrun-kind}
+    host_routes del "$name"
     kind_run delete cluster --name "$name" --kubeconfig "$CACHE/kind/$name.kubeconfig"
     rm -f "$CACHE/kind/$name.kubeconfig"
     ;;
