@@ -63,3 +63,4 @@ help: ## list the targets and what each does
 
 -include mk/images.mk
 -include mk/bench.mk
+-include mk/kind.mk

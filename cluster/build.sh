@@ -17,10 +17,17 @@ TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.9.3}
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
+KIND_VERSION=${KIND_VERSION:-v0.33.0}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
+# kind's storage default; v0.0.30 is the newest version the module proxy serves (kind v0.33.0
+# builds v0.0.34 from GitHub).
+LOCAL_PATH_PROVISIONER_VERSION=${LOCAL_PATH_PROVISIONER_VERSION:-v0.0.30}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
 # core: control plane + coredns + helm; kubelet: core + the real node's kubelet and pause;
 # kueue: core + kueue; trainer: core + Kubeflow Trainer v2 and JobSet; all: all of those, kwok
-# and training-operator.
+# and training-operator; kind: core + kubelet, pause and what a kind node image needs besides
+# (hack/kind-node-image.sh): kubeadm, kube-proxy, kubectl, crictl, local-path-provisioner, and
+# kind itself.
 WHAT=${*:-core}
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
@@ -104,14 +111,56 @@ build_pause() {
   echo "$tag" > "$BIN/pause.tag"
 }
 
-build_etcd() {
-  have etcd && return
-  local dir="$CACHE/src/etcd-$ETCD_VERSION"
-  log "etcd $ETCD_VERSION"
+# kubeadm, kube-proxy and kubectl for kind's node image, like the kubelet: the same wrapper
+# module, pins and version stamps as the control plane (kubeadm checks its own version against
+# the cluster's; it must say v1.37.2, not v0.0.0).
+build_k8s_node_tools() {
+  have kubeadm kube-proxy kubectl && return
+  build_k8s
+  local dir="$CACHE/src/k8s-$K8S_VERSION" minor cmd
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  log "kubeadm kube-proxy kubectl $K8S_VERSION"
+  cd "$dir"
+  for cmd in kubeadm kube-proxy kubectl; do
+    grep -q "cmd/$cmd\"" tools.go || sed -i 's#^)$#\t_ "k8s.io/kubernetes/cmd/'"$cmd"'"\n)#' tools.go
+  done
+  go mod tidy -e >&2 || true
+  local L=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  go build -trimpath -ldflags "-s -w $L" -o "$BIN/" k8s.io/kubernetes/cmd/kubeadm \
+    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl >&2
+}
+
+build_etcd() {  # [version [binary name]]
+  local version=${1:-$ETCD_VERSION} name=${2:-etcd}
+  have "$name" && return
+  local dir="$CACHE/src/etcd-$version"
+  log "etcd $version"
   mkdir -p "$dir" && cd "$dir"
   printf 'module localkube/etcdbin\n\ngo 1.24.0\n' > go.mod
-  go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
-  go build -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3 >&2
+  go get "go.etcd.io/etcd/server/v3@$version" >&2
+  go build -trimpath -ldflags "-s -w" -o "$BIN/$name" go.etcd.io/etcd/server/v3 >&2
+}
+
+# The etcd and CoreDNS that this kubeadm deploys (its image list, e.g. etcd:3.7.0-0 and
+# coredns:v1.14.6 for v1.37.2), for the images of kind's node: etcd-vX.Y.Z and coredns-vX.Y.Z.
+build_kubeadm_addons() {
+  local images etcd_tag coredns_tag
+  images=$("$BIN/kubeadm" config images list --kubernetes-version "$K8S_VERSION")
+  etcd_tag=$(sed -n 's#.*/etcd:##p' <<<"$images")
+  coredns_tag=$(sed -n 's#.*/coredns:##p' <<<"$images")
+  [ -n "$etcd_tag" ] && [ -n "$coredns_tag" ] || { echo "kubeadm lists no etcd or coredns image: $images" >&2; exit 1; }
+  build_etcd "v${etcd_tag%-*}" "etcd-v${etcd_tag%-*}"
+  if ! have "coredns-$coredns_tag"; then  # beside the local cluster's coredns, not over it
+    local tmp
+    tmp=$(mktemp -d)
+    log "coredns $coredns_tag"
+    GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$coredns_tag" >&2
+    mv "$tmp/coredns" "$BIN/coredns-$coredns_tag"
+    rmdir "$tmp"
+  fi
 }
 
 # JobSet: `go install sigs.k8s.io/jobset@v` asks the proxy for the module's version list (to
@@ -165,6 +214,22 @@ if [ "$WHAT" = all ] || [ "$WHAT" = trainer ]; then
     mv "$BIN/trainer-controller-manager" "$BIN/trainer-controller-manager-$TRAINER_VERSION"
   fi
   build_jobset
+fi
+if [ "$WHAT" = kind ]; then
+  build_kubelet
+  build_pause
+  build_k8s_node_tools
+  build_kubeadm_addons
+  gobin_install crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
+    "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION"
+  gobin_install local-path-provisioner \
+    "github.com/rancher/local-path-provisioner@$LOCAL_PATH_PROVISIONER_VERSION" \
+    "-X main.VERSION=$LOCAL_PATH_PROVISIONER_VERSION"
+  # The kind CLI's name carries its version, as the node image's tag does.
+  if ! have "kind-$KIND_VERSION"; then
+    gobin_install kind "sigs.k8s.io/kind@$KIND_VERSION"
+    mv "$BIN/kind" "$BIN/kind-$KIND_VERSION"
+  fi
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = kueue ]; then
   # Kueue's manager (queues and quota admission, tests/integration/test_kueue.py). Like the

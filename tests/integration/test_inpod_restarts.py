@@ -7,7 +7,7 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import apply, wait_phase
+from dtj import IMAGE, apply, wait_phase
 from kubernetes import client
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -32,7 +32,7 @@ def _docs() -> list[dict[str, Any]]:
         {"flaky.py": SCRIPT},
         ["python", "/workspace/flaky.py"],
         nproc=1,
-        image="pytorch/pytorch",
+        image=IMAGE,
         pod={"terminationGracePeriodSeconds": 5},
         torchrun={"maxRestarts": 1},
         failurePolicy={"maxRestarts": 0},

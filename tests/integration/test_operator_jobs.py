@@ -109,11 +109,12 @@ def test_late_rank0_pod_still_rendezvouses(kube: client.ApiClient, namespace: st
     docs = load_docs(EXAMPLES / "cpu-ddp.yaml")
     job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
     job["metadata"]["name"] = "late-rank0"
-    # Pod 0 (which hosts the rendezvous store) starts its trainer 10 s after the others.
+    # Pod 0 (which hosts the rendezvous store) starts its trainer 10 s after the others. The
+    # trainer's image (it has sh) rather than busybox: a cluster with no registry has it.
     job["spec"]["template"]["spec"]["initContainers"] = [
         {
             "name": "delay-rank0",
-            "image": "busybox",
+            "image": job["spec"]["template"]["spec"]["containers"][0]["image"],
             "command": ["sh", "-c", 'case "$(hostname)" in *-0) sleep 10;; esac'],
         }
     ]
