@@ -27,7 +27,7 @@ from torchrun_operator import metrics
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
-from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, slim_pod
+from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, same_version, slim_pod
 from torchrun_operator.kube.client import api_message
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.jobwatch import JobWatcher
@@ -262,18 +262,11 @@ class Controller:
             self._forget(key, meta.get("uid", ""))
             self._publish_phases()
             return
-        cached = self.jobs.get(key)
         # The echo of our own status write: the cache has held this very version since the
         # write's answer (_patch_status), and the reconcile that wrote it planned what comes
         # next (a pod event during it ran it again). Deciding once more from the same job and
         # the same pods would change nothing; with many jobs it was every other reconcile.
-        rv = meta.get("resourceVersion")
-        echo = (
-            cached is not None
-            and rv is not None
-            and cached["metadata"].get("uid") == meta.get("uid")
-            and cached["metadata"].get("resourceVersion") == rv
-        )
+        echo = same_version(self.jobs.get(key), job)
         self.jobs.put(job)
         self._publish_phases()
         if not echo:

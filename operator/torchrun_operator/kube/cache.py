@@ -17,7 +17,7 @@ JobKey = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]
 
 
-def _rv(obj: Obj) -> int | None:
+def rv_of(obj: Obj) -> int | None:
     # resourceVersion is opaque by contract but is etcd's revision number in every apiserver
     # we know; comparing it keeps a late watch event from overwriting a newer response.
     try:
@@ -29,8 +29,28 @@ def _rv(obj: Obj) -> int | None:
 def is_newer(new: Obj, old: Obj | None) -> bool:
     if old is None:
         return True
-    a, b = _rv(new), _rv(old)
+    a, b = rv_of(new), rv_of(old)
     return a is None or b is None or a >= b
+
+
+def same_version(a: Obj | None, b: Obj) -> bool:
+    """Whether `b` is the very object `a` is: the same uid at the same resourceVersion."""
+    if a is None or b["metadata"].get("resourceVersion") is None:
+        return False
+    ma, mb = a["metadata"], b["metadata"]
+    return bool(
+        ma.get("uid") == mb.get("uid") and ma.get("resourceVersion") == mb.get("resourceVersion")
+    )
+
+
+def gone_after_relist(cached: Obj, listed: Obj | None, list_rv: int | None) -> bool:
+    """Whether a re-list taken at `list_rv` shows the cached object gone: the listing holds
+    another uid under its name (deleted and re-created), or lacks it while the cached copy is
+    no newer than the listing (a newer copy is not the listing's to judge)."""
+    if listed is not None:
+        return bool(listed["metadata"].get("uid") != cached["metadata"].get("uid"))
+    rv = rv_of(cached)
+    return rv is not None and list_rv is not None and rv <= list_rv
 
 
 class JobCache:

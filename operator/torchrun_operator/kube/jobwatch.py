@@ -17,18 +17,11 @@ from typing import Any
 from kubernetes import client
 
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
-from torchrun_operator.kube.cache import JobCache
+from torchrun_operator.kube.cache import JobCache, gone_after_relist, rv_of
 from torchrun_operator.kube.podwatch import Watcher
 
 Obj = dict[str, Any]
 DELETED = "DELETED"
-
-
-def _rv(obj: Obj) -> int | None:
-    try:
-        return int(obj["metadata"].get("resourceVersion", ""))
-    except (KeyError, ValueError):
-        return None
 
 
 class JobWatcher(Watcher):
@@ -60,21 +53,13 @@ class JobWatcher(Watcher):
 
     def _relisted(self, items: list[Obj], resource_version: str) -> None:
         listed = {(i["metadata"]["namespace"], i["metadata"]["name"]): i for i in items}
-        try:
-            at: int | None = int(resource_version)
-        except ValueError:
-            at = None
+        at = rv_of({"metadata": {"resourceVersion": resource_version}})
         for key in self._cache.keys():  # noqa: SIM118 - a method, not a dict
             cached = self._cache.get(key)
             if cached is None or (self._namespace is not None and key[0] != self._namespace):
                 continue
-            now = listed.get(key)
-            if now is not None and now["metadata"].get("uid") == cached["metadata"].get("uid"):
-                continue
-            rv = _rv(cached)
-            if now is None and (rv is None or at is None or rv > at):
-                continue  # newer than the listing: not the listing's to judge
-            self._on_event(DELETED, cached)
+            if gone_after_relist(cached, listed.get(key), at):
+                self._on_event(DELETED, cached)
         for item in items:
             self._on_event("ADDED", item)
 

@@ -51,3 +51,16 @@ def test_job_cache_keeps_the_newest() -> None:
     c.put({"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "8"}, "status": {}})
     cached = c.get(("ns", "j"))
     assert cached is not None and cached["status"] == {"a": 1}
+
+
+def test_a_relist_judges_gone_only_what_it_could_have_seen() -> None:
+    from torchrun_operator.kube.cache import gone_after_relist, same_version
+
+    old = pod("j", "5", uid="u-old")
+    assert gone_after_relist(old, None, 10)  # missing, and no newer than the listing
+    assert not gone_after_relist(pod("j", "50"), None, 10)  # newer than the listing
+    assert not gone_after_relist(pod("j", "5"), None, None)  # no listing version: no verdict
+    assert gone_after_relist(old, pod("j", "9", uid="u-new"), 10)  # re-created under its name
+    assert not gone_after_relist(old, pod("j", "9", uid="u-old"), 10)
+    assert same_version(old, pod("j", "5", uid="u-old"))
+    assert not same_version(old, pod("j", "6", uid="u-old")) and not same_version(None, old)
