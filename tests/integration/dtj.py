@@ -13,6 +13,7 @@ from typing import Any
 import jobs
 import yaml
 from kubernetes import client, utils
+from kubernetes.utils import parse_quantity
 from localkube.testing import wait_for
 from torchrun_operator.api.names import GROUP, LABEL_JOB_NAME, PLURAL, VERSION
 
@@ -93,6 +94,44 @@ def job_pods(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
         .items
     )
     return items
+
+
+def _schedulable(node: Any) -> bool:
+    ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+    blocked = any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints or [])
+    return ready and not blocked and not node.spec.unschedulable
+
+
+def one_per_node(api: client.ApiClient, timeout: float = 60.0) -> tuple[int, str]:
+    """(N, cpu): N schedulable nodes, and a CPU request of which each of them holds exactly one.
+
+    The request is more than half of the largest node's allocatable CPU, so no node takes two,
+    and no more than the smallest node has free, so each takes one: N pods run and pod N+1
+    stays Pending, on localkube's 8-CPU process nodes as on kind's 2-CPU ones. Waits for pods
+    of earlier tests that still hold CPU to go.
+    """
+    core = client.CoreV1Api(api)
+
+    def sized() -> tuple[int, str] | None:
+        nodes: list[Any] = [n for n in core.list_node().items if _schedulable(n)]
+        if not nodes:
+            return None
+        held: dict[str, float] = {}
+        pods: list[Any] = core.list_pod_for_all_namespaces().items
+        for pod in pods:
+            if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+                for c in pod.spec.containers:
+                    cpu = ((c.resources and c.resources.requests) or {}).get("cpu", "0")
+                    held[pod.spec.node_name] = held.get(pod.spec.node_name, 0.0) + float(
+                        parse_quantity(cpu)
+                    )
+        alloc = {n.metadata.name: float(parse_quantity(n.status.allocatable["cpu"])) for n in nodes}
+        millis = int(max(alloc.values()) * 550)  # 55%: over half, with room for rounding
+        free = min(alloc[name] - held.get(name, 0.0) for name in alloc)
+        return (len(nodes), f"{millis}m") if millis <= free * 1000 else None
+
+    result: tuple[int, str] = wait_for("a CPU request each node fits once", sized, timeout)
+    return result
 
 
 def free_port() -> int:

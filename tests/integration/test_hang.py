@@ -8,7 +8,7 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import REPO, apply, load_docs, wait_phase
+from dtj import REPO, apply, load_docs, one_per_node, wait_phase
 from kubernetes import client
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -33,11 +33,12 @@ def sleeper(name: str, nodes: int, **spec: Any) -> list[dict[str, Any]]:
 def test_rendezvous_that_never_completes_names_the_pod_that_never_started(
     kube: client.ApiClient, namespace: str
 ) -> None:
-    docs = sleeper("never-meets", 3, rendezvous={"joinTimeoutSeconds": 20})
-    # Each pod asks for 5 of a node's 8 CPUs: with 2 nodes one of the three stays Pending
-    # (which one is the scheduler's choice).
+    nodes, cpu = one_per_node(kube)
+    docs = sleeper("never-meets", nodes + 1, rendezvous={"joinTimeoutSeconds": 20})
+    # Each pod asks for more than half a node's CPUs: one pod more than there are nodes, so
+    # one stays Pending (which one is the scheduler's choice).
     trainer = docs[1]["spec"]["template"]["spec"]["containers"][0]
-    trainer["resources"] = {"requests": {"cpu": "5"}}
+    trainer["resources"] = {"requests": {"cpu": cpu}}
     apply(kube, namespace, docs)
     done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=150)
     status = done["status"]
@@ -49,7 +50,7 @@ def test_rendezvous_that_never_completes_names_the_pod_that_never_started(
     assert failure["reason"] == "RendezvousTimeout"
     assert (failure["index"], failure["pod"]) == (missing, f"never-meets-{missing}"), failure
     message = failure["message"]
-    # "(Pending: Unschedulable, 0/2 nodes are available ...)", unless the scheduler bound the
+    # "(Pending: Unschedulable, 0/N nodes are available ...)", unless the scheduler bound the
     # pod in the room the timed-out pods freed just before the operator looked.
     assert f"pod never-meets-{missing} (index {missing}) never started (Pending" in message
     # Either the others' launchers reported their join timeout, or (when the missing pod is

@@ -15,6 +15,7 @@ from dtj import (
     get_job,
     job_pods,
     load_docs,
+    one_per_node,
     wait_for,
     wait_phase,
 )
@@ -131,10 +132,11 @@ def test_rendezvous_that_cannot_complete_fails_within_the_timeout(
         d for d in load_docs(EXAMPLES / "cpu-ddp.yaml") if d["kind"] != "DistributedTrainingJob"
     ]
     doc["metadata"]["name"] = "never-meets"
-    doc["spec"]["nodes"] = 3
-    # Each pod asks for 5 of a node's 8 CPUs: the third pod can never be scheduled.
+    nodes, cpu = one_per_node(kube)
+    doc["spec"]["nodes"] = nodes + 1
+    # Each pod asks for more than half a node's CPUs: the last pod can never be scheduled.
     trainer = doc["spec"]["template"]["spec"]["containers"][0]
-    trainer.setdefault("resources", {})["requests"] = {"cpu": "5"}
+    trainer.setdefault("resources", {})["requests"] = {"cpu": cpu}
     doc["spec"].setdefault("rendezvous", {})["joinTimeoutSeconds"] = 20
     doc["spec"]["failurePolicy"] = {"maxRestarts": 0}
     apply(kube, namespace, [*docs, doc])
