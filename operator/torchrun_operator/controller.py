@@ -28,7 +28,7 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, same_version, slim_pod
-from torchrun_operator.kube.client import api_message
+from torchrun_operator.kube.client import Writes, api_message
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
@@ -123,6 +123,7 @@ class Controller:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.net = client.NetworkingV1Api(api)
+        self.writes = Writes(api)
         self._network_policy = network_policy  # the default; spec.networkPolicy overrides
         # The jobs' NetworkPolicies admit the operator's pods (the chart sets POD_NAMESPACE)
         # to the launchers' status port; outside a cluster there is no pod to admit.
@@ -504,16 +505,9 @@ class Controller:
         """Creates `obj`; on 409 returns the object that holds the name (for an owner check),
         else None."""
         kind = obj["kind"]
-        fn: Any = {
-            "Pod": self.core.create_namespaced_pod,
-            "Service": self.core.create_namespaced_service,
-            "ConfigMap": self.core.create_namespaced_config_map,
-            "NetworkPolicy": self.net.create_namespaced_network_policy,
-        }[kind]
         try:
-            resp = fn(ns, obj, _preload_content=False)
+            created: Obj = self.writes.create(ns, obj)
             metrics.count_api_call("create", kind.lower(), 201)
-            created: Obj = json.loads(resp.data)
             if kind == "Pod":
                 self.pods.put(created)
             return None
@@ -631,13 +625,9 @@ class Controller:
     def _delete_pod(self, ns: str, name: str, uid: str | None) -> None:
         """Deletes exactly the pod the plan was made from: the uid precondition makes a pod
         that someone re-created under the name since (409) safe."""
-        body = (
-            client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
-        )
         try:
-            resp: Any = self.core.delete_namespaced_pod(name, ns, body=body, _preload_content=False)
+            body = self.writes.delete_pod(ns, name, uid)
             metrics.count_api_call("delete", "pod", 200)
-            body = json.loads(resp.data)
             if body.get("kind") == "Pod":
                 # Now carries deletionTimestamp; unless the watch already saw it deleted.
                 self.pods.put_if_cached(body)
@@ -665,15 +655,8 @@ class Controller:
                 },
             )
         try:
-            resp: Any = self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                meta["namespace"],
-                PLURAL,
-                meta["name"],
-                patch,
-                _preload_content=False,
-                _content_type="application/json-patch+json",
+            written: Obj = self.writes.patch_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], patch
             )
             metrics.count_api_call("patch", "distributedtrainingjob/status", 200)
         except ApiException as e:
@@ -684,7 +667,7 @@ class Controller:
                 self._reread(job)
                 return False
             raise
-        self.jobs.put(json.loads(resp.data))
+        self.jobs.put(written)
         self._publish_phases()
         return True
 

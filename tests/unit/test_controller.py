@@ -96,17 +96,9 @@ class FakeApi:
             raise ApiException(status=404, reason="NotFound")
         return resp(self.objects[(kind, name)])
 
-    def create_namespaced_pod(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
-        return self._create("Pod", obj)
-
-    def create_namespaced_service(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
-        return self._create("Service", obj)
-
-    def create_namespaced_config_map(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
-        return self._create("ConfigMap", obj)
-
-    def create_namespaced_network_policy(self, ns: str, obj: Obj, **_: Any) -> SimpleNamespace:
-        return self._create("NetworkPolicy", obj)
+    # -- kube/client.Writes --
+    def create(self, ns: str, obj: Obj) -> Obj:
+        return json.loads(self._create(obj["kind"], obj).data)
 
     def read_namespaced_network_policy(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
         return self._read("NetworkPolicy", name)
@@ -120,26 +112,25 @@ class FakeApi:
     def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
         return self._read("ConfigMap", name)
 
-    def delete_namespaced_pod(self, name: str, ns: str, body: Any = None, **_: Any) -> Any:
+    def delete_pod(self, ns: str, name: str, uid: str | None) -> Obj:
         fault = self._fault("delete", f"Pod/{name}")
         pod = self.objects.get(("Pod", name))
         if pod is None:
             raise ApiException(status=404, reason="NotFound")
-        uid = getattr(getattr(body, "preconditions", None), "uid", None)
         if uid is not None and uid != pod["metadata"]["uid"]:
             raise ApiException(status=409, reason="Conflict")
         del self.objects[("Pod", name)]  # terminal pods go at once; enough here
         if fault == "lost":
             raise Lost(name)
-        return resp({"kind": "Status", "status": "Success"})
+        return {"kind": "Status", "status": "Success"}
 
     def create_namespaced_event(self, ns: str, body: Any) -> None:
         self.calls.append(("create", f"Event/{body.reason}"))
 
     # -- the job --
-    def patch_namespaced_custom_object_status(
-        self, g: str, v: str, ns: str, plural: str, name: str, patch: list[Obj], **_: Any
-    ) -> SimpleNamespace:
+    def patch_status(
+        self, g: str, v: str, ns: str, plural: str, name: str, patch: list[Obj]
+    ) -> Obj:
         fault = self._fault("patch", "status")
         if self.job is None:
             raise ApiException(status=404, reason="NotFound")
@@ -152,7 +143,7 @@ class FakeApi:
         self._bump(self.job)
         if fault == "lost":
             raise Lost("status")
-        return resp(self.job)
+        return copy.deepcopy(self.job)
 
     def get_namespaced_custom_object(self, g: str, v: str, ns: str, p: str, n: str) -> Obj:
         self._fault("get", "job")
@@ -221,6 +212,7 @@ class Harness:
         ctrl.core = self.api  # type: ignore[assignment]
         ctrl.custom = self.api  # type: ignore[assignment]
         ctrl.net = self.api  # type: ignore[assignment]
+        ctrl.writes = self.api  # type: ignore[assignment]
         ctrl.active.set()
         return ctrl
 

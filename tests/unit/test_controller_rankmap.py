@@ -74,6 +74,7 @@ def test_the_policy_admits_the_operator_where_it_knows_its_namespace(
     h.ctrl = Controller(None, workers=1, operator_namespace=namespace)  # type: ignore[arg-type]
     h.ctrl.core = h.api  # type: ignore[assignment]
     h.ctrl.custom = h.api  # type: ignore[assignment]
+    h.ctrl.writes = h.api  # type: ignore[assignment]
     h.ctrl.net = h.api  # type: ignore[assignment]
     h.ctrl.active.set()
     h.sync()

@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -75,6 +76,73 @@ class ApiClient(client.ApiClient):
             )
 
         return send() if self.injector is None else self.injector.call(method, url, send)
+
+
+JSON = "application/json"
+JSON_PATCH = "application/json-patch+json"
+
+
+def send(
+    api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str = JSON
+) -> Any:
+    """One request with a JSON body and answer, past the generated API methods.
+
+    Those validate every argument with pydantic (a whole V1Pod built from our dict for each
+    create, then serialised back): a profile of the operator with 100 jobs found that wrapper
+    in 16% of its samples. Here the dict goes to the wire as it is. Auth, default headers,
+    the client's timeout and fault injection (ApiClient.call_api) are the same as for any call;
+    a non-2xx answer raises ApiException, as the generated methods do.
+    """
+    verb, url, headers, _, _ = api.param_serialize(
+        method,
+        path,
+        header_params={"Accept": JSON, "Content-Type": content_type},
+        auth_settings=["BearerToken"],
+    )
+    resp = api.call_api(verb, url, headers, body)
+    data: bytes = resp.read()
+    if not 200 <= resp.status <= 299:
+        raise ApiException.from_response(http_resp=resp, body=data.decode(), data=None)
+    return json.loads(data)
+
+
+def path(*parts: str) -> str:
+    """A URL path from segments (names are quoted, as the generated methods quote them)."""
+    return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+_CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
+
+
+def _collection(ns: str, kind: str) -> str:
+    if kind == "NetworkPolicy":
+        return path("apis", "networking.k8s.io", "v1", "namespaces", ns, "networkpolicies")
+    return path("api", "v1", "namespaces", ns, _CORE_PLURALS[kind])
+
+
+class Writes:
+    """The controller's hot writes (children created, pods deleted, the status written),
+    each one request through send(). The seam the controller's unit tests replace."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def create(self, ns: str, obj: Mapping[str, Any]) -> Any:
+        """Creates a Pod, Service, ConfigMap or NetworkPolicy; the created object."""
+        return send(self.api, "POST", _collection(ns, obj["kind"]), obj)
+
+    def delete_pod(self, ns: str, name: str, uid: str | None) -> Any:
+        """Deletes the pod, only if it still has `uid` when one is given (409 otherwise);
+        the pod as marked for deletion, or a Status."""
+        options = {"preconditions": {"uid": uid}} if uid else None
+        return send(self.api, "DELETE", _collection(ns, "Pod") + path(name), options)
+
+    def patch_status(
+        self, group: str, version: str, ns: str, plural: str, name: str, patch: list[Any]
+    ) -> Any:
+        """A JSON patch of a custom object's status subresource; the object written."""
+        url = path("apis", group, version, "namespaces", ns, plural, name, "status")
+        return send(self.api, "PATCH", url, patch, JSON_PATCH)
 
 
 def in_cluster_server(env: Mapping[str, str]) -> str | None:

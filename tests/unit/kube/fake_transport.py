@@ -31,6 +31,8 @@ class Sent:
     method: str
     url: str
     timeout: Any
+    headers: Any = None
+    body: Any = None
 
 
 @dataclass
@@ -51,7 +53,7 @@ class FakeTransport:
         post_params: Any = None,
         _request_timeout: Any = None,
     ) -> rest.RESTResponse:
-        self.sent.append(Sent(method, url, _request_timeout))
+        self.sent.append(Sent(method, url, _request_timeout, headers, body))
         status, answer = self.answers.pop(0) if self.answers else (200, self.body)
         data = answer if isinstance(answer, bytes) else json.dumps(answer).encode()
         raw = urllib3.HTTPResponse(
