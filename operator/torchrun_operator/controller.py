@@ -562,7 +562,7 @@ class Controller:
                     self.pods.put(got)
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
-            self._events.submit(events.post, self.core, job, ev.type, ev.reason, ev.message)
+            self._events.submit(events.post, self.writes, job, ev.type, ev.reason, ev.message)
         if plan.delete_job:
             self._delete_job(job)
             return True

@@ -98,6 +98,9 @@ class FakeApi:
 
     # -- kube/client.Writes --
     def create(self, ns: str, obj: Obj) -> Obj:
+        if obj["kind"] == "Event":
+            self.calls.append(("create", f"Event/{obj['reason']}"))
+            return obj
         return json.loads(self._create(obj["kind"], obj).data)
 
     def read_namespaced_network_policy(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
@@ -123,9 +126,6 @@ class FakeApi:
         if fault == "lost":
             raise Lost(name)
         return {"kind": "Status", "status": "Success"}
-
-    def create_namespaced_event(self, ns: str, body: Any) -> None:
-        self.calls.append(("create", f"Event/{body.reason}"))
 
     # -- the job --
     def patch_status(

@@ -111,7 +111,12 @@ def path(*parts: str) -> str:
     return "/" + "/".join(quote(p, safe="") for p in parts)
 
 
-_CORE_PLURALS = {"Pod": "pods", "Service": "services", "ConfigMap": "configmaps"}
+_CORE_PLURALS = {
+    "Pod": "pods",
+    "Service": "services",
+    "ConfigMap": "configmaps",
+    "Event": "events",
+}
 
 
 def _collection(ns: str, kind: str) -> str:
@@ -128,7 +133,7 @@ class Writes:
         self.api = api
 
     def create(self, ns: str, obj: Mapping[str, Any]) -> Any:
-        """Creates a Pod, Service, ConfigMap or NetworkPolicy; the created object."""
+        """Creates a Pod, Service, ConfigMap, Event or NetworkPolicy; the created object."""
         return send(self.api, "POST", _collection(ns, obj["kind"]), obj)
 
     def delete_pod(self, ns: str, name: str, uid: str | None) -> Any:
