@@ -33,6 +33,8 @@
 # and deb.debian.org.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=images/base/minbase.sh
+. images/base/minbase.sh
 export K8S_VERSION=${K8S_VERSION:-v1.37.2}
 export KIND_VERSION=${KIND_VERSION:-v0.33.0}
 SUITE=${SUITE:-bookworm}
@@ -105,18 +107,7 @@ debian_rootfs() {  # packages hook... : mmdebstrap's tarball on stdout
   shift
   local hooks=()
   for h in "$@"; do hooks+=(--customize-hook="$h"); done
-  mmdebstrap --variant=minbase --include="$packages" \
-    --dpkgopt='path-exclude=/usr/share/man/*' \
-    --dpkgopt='path-exclude=/usr/share/info/*' \
-    --dpkgopt='path-exclude=/usr/share/locale/*' \
-    --dpkgopt='path-exclude=/usr/share/doc/*' \
-    --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-    --aptopt='Acquire::Retries "3"' \
-    "${hooks[@]}" \
-    "$SUITE" - \
-    "deb $MIRROR $SUITE main" \
-    "deb $MIRROR $SUITE-updates main" \
-    "deb $SECURITY_MIRROR $SUITE-security main"
+  minbase_rootfs "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$packages" "${hooks[@]}"
 }
 
 # kind's images/base/Dockerfile, on Debian packages: its package list (containerd, runc and

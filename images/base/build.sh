@@ -38,21 +38,11 @@ fi
 
 echo "[base] $tag: Debian $suite + $packages" >&2
 start=$(date +%s)
-# The tarball goes straight into `docker import`. Every Debian file the image does not need to
-# run is left out (path-exclude), except the copyright files.
+# The tarball goes straight into `docker import`.
+# shellcheck source=images/base/minbase.sh
+. "$(dirname "$0")/minbase.sh"
 # shellcheck disable=SC2086  # MMDEBSTRAP_FLAGS is a list of flags
-mmdebstrap --variant=minbase --include="$packages" \
-  --dpkgopt='path-exclude=/usr/share/man/*' \
-  --dpkgopt='path-exclude=/usr/share/info/*' \
-  --dpkgopt='path-exclude=/usr/share/locale/*' \
-  --dpkgopt='path-exclude=/usr/share/doc/*' \
-  --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-  --aptopt='Acquire::Retries "3"' \
-  ${MMDEBSTRAP_FLAGS:-} \
-  "$suite" - \
-  "deb $mirror $suite main" \
-  "deb $mirror $suite-updates main" \
-  "deb $security $suite-security main" |
+minbase_rootfs "$suite" "$mirror" "$security" "$packages" ${MMDEBSTRAP_FLAGS:-} |
   "$docker" import \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["python3"]' \
