@@ -38,10 +38,43 @@ log() { echo "[build] $*" >&2; }
 
 have() { for b in "$@"; do [ -x "$BIN/$b" ] || return 1; done; }
 
+# -ldflags for a Kubernetes binary: stripped, and stamped with the release's version (kubeadm
+# checks its own against the cluster's; unstamped it says v0.0.0).
+k8s_ldflags() {
+  local minor p L="-s -w"
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+  done
+  echo "$L"
+}
+
+# Builds k8s.io/kubernetes/cmd/<cmd>... in the control plane's wrapper module (build_k8s), so
+# every binary has the same k8s.io/kubernetes version and staging pins; tools.go lists them.
+build_k8s_cmds() {  # cmd...
+  local cmd pkgs=()
+  cd "$CACHE/src/k8s-$K8S_VERSION"
+  for cmd in "$@"; do
+    grep -q "cmd/$cmd\"" tools.go || sed -i 's#^)$#\t_ "k8s.io/kubernetes/cmd/'"$cmd"'"\n)#' tools.go
+    pkgs+=("k8s.io/kubernetes/cmd/$cmd")
+  done
+  go mod tidy -e >&2 || true
+  go build -trimpath -ldflags "$(k8s_ldflags)" -o "$BIN/" "${pkgs[@]}" >&2
+}
+
+# A module whose go.mod cannot be `go install`ed as it is, built through a wrapper module that
+# requires it and nothing else (so its own pins win, as with go install).
+build_wrapped() {  # src-dir binary go-version module@version package [ldflags]
+  local dir="$CACHE/src/$1" bin=$2 gover=$3 modver=$4 pkg=$5 ld=${6:-}
+  mkdir -p "$dir" && cd "$dir"
+  printf 'module localkube/%sbin\n\ngo %s\n' "${1%%-*}" "$gover" > go.mod
+  go get "$modver" >&2
+  go build -trimpath -ldflags "-s -w $ld" -o "$BIN/$bin" "$pkg" >&2
+}
+
 build_k8s() {
   have kube-apiserver kube-controller-manager kube-scheduler && return
-  local dir="$CACHE/src/k8s-$K8S_VERSION" minor
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  local dir="$CACHE/src/k8s-$K8S_VERSION"
   log "kubernetes $K8S_VERSION -> $dir"
   mkdir -p "$dir" && cd "$dir"
   local gomod
@@ -70,14 +103,7 @@ import (
 )
 GO
   go get "k8s.io/kubernetes@$K8S_VERSION" >&2
-  go mod tidy -e >&2 || true
-  local L=""
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
-  go build -trimpath -ldflags "-s -w $L" -o "$BIN/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-    k8s.io/kubernetes/cmd/kube-scheduler >&2
+  build_k8s_cmds kube-apiserver kube-controller-manager kube-scheduler
 }
 
 # The real node's kubelet (localkube --real-nodes): the same wrapper module as the control
@@ -86,17 +112,8 @@ GO
 build_kubelet() {
   have kubelet && return
   build_k8s
-  local dir="$CACHE/src/k8s-$K8S_VERSION" minor
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   log "kubelet $K8S_VERSION"
-  cd "$dir"
-  grep -q 'cmd/kubelet"' tools.go || sed -i 's#^)$#\t_ "k8s.io/kubernetes/cmd/kubelet"\n)#' tools.go
-  go mod tidy -e >&2 || true
-  local L=""
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
-  go build -trimpath -ldflags "-s -w $L" -o "$BIN/" k8s.io/kubernetes/cmd/kubelet >&2
+  build_k8s_cmds kubelet
 }
 
 # The pod sandbox's pause process, from the same release's build/pause/linux/pause.c, static
@@ -117,31 +134,15 @@ build_pause() {
 build_k8s_node_tools() {
   have kubeadm kube-proxy kubectl && return
   build_k8s
-  local dir="$CACHE/src/k8s-$K8S_VERSION" minor cmd
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
   log "kubeadm kube-proxy kubectl $K8S_VERSION"
-  cd "$dir"
-  for cmd in kubeadm kube-proxy kubectl; do
-    grep -q "cmd/$cmd\"" tools.go || sed -i 's#^)$#\t_ "k8s.io/kubernetes/cmd/'"$cmd"'"\n)#' tools.go
-  done
-  go mod tidy -e >&2 || true
-  local L=""
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    L="$L -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-  done
-  go build -trimpath -ldflags "-s -w $L" -o "$BIN/" k8s.io/kubernetes/cmd/kubeadm \
-    k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl >&2
+  build_k8s_cmds kubeadm kube-proxy kubectl
 }
 
 build_etcd() {  # [version [binary name]]
   local version=${1:-$ETCD_VERSION} name=${2:-etcd}
   have "$name" && return
-  local dir="$CACHE/src/etcd-$version"
   log "etcd $version"
-  mkdir -p "$dir" && cd "$dir"
-  printf 'module localkube/etcdbin\n\ngo 1.24.0\n' > go.mod
-  go get "go.etcd.io/etcd/server/v3@$version" >&2
-  go build -trimpath -ldflags "-s -w" -o "$BIN/$name" go.etcd.io/etcd/server/v3 >&2
+  build_wrapped "etcd-$version" "$name" 1.24.0 "go.etcd.io/etcd/server/v3@$version" go.etcd.io/etcd/server/v3
 }
 
 # The etcd and CoreDNS that this kubeadm deploys (its image list, e.g. etcd:3.7.0-0 and
@@ -168,13 +169,9 @@ build_kubeadm_addons() {
 # requires it (no other requirement, so its own pins win, as with go install) builds it.
 build_jobset() {
   have "jobset-$JOBSET_VERSION" && return
-  local dir="$CACHE/src/jobset-$JOBSET_VERSION"
   log "sigs.k8s.io/jobset@$JOBSET_VERSION"
-  mkdir -p "$dir" && cd "$dir"
-  printf 'module localkube/jobsetbin\n\ngo 1.26.0\n' > go.mod
-  go get "sigs.k8s.io/jobset@$JOBSET_VERSION" >&2
-  go build -trimpath -ldflags "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" \
-    -o "$BIN/jobset-$JOBSET_VERSION" sigs.k8s.io/jobset >&2
+  build_wrapped "jobset-$JOBSET_VERSION" "jobset-$JOBSET_VERSION" 1.26.0 "sigs.k8s.io/jobset@$JOBSET_VERSION" \
+    sigs.k8s.io/jobset "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
 }
 
 gobin_install() {  # name pkg@version
