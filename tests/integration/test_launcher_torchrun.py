@@ -203,7 +203,7 @@ def test_sigkilled_worker_is_a_signal_failure(tmp_path: Path, worker: list[str])
     node = start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "kill", "FAIL_RANK": "1"})
     assert node.wait() == 1, node.output()
     s = node.summary()
-    assert s["state"] == "Failed"
+    assert s["state"] == "Failed", s
     killed = next(f for f in s["failures"] if f["rank"] == 1)
     assert (killed["kind"], killed["exitCode"]) == ("signal", -9)
     assert "SIGKILL" in killed["error"]
