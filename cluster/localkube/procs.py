@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -19,21 +20,48 @@ class ComponentError(RuntimeError):
     """A component failed to start or become healthy; the message carries its log's tail."""
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+# Ports handed out for a process to bind later come from below the kernel's ephemeral range
+# (ip_local_port_range): a port that bind(0) found free is one the kernel may give the next
+# outgoing connection (a kubectl, a watch, a torch store client) before the process binds it,
+# which is how a busy machine turned a test's torchrun store into "address already in use".
+# Outside that range only another listener can take it, and those are ours.
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+LISTEN_PORTS = (10000, 32768)  # Linux's default ephemeral range starts at 32768
 
 
-def free_ports(n: int) -> list[int]:
-    # Held open together so the kernel hands out n distinct ports.
-    socks = []
+def listen_range(path: str = EPHEMERAL_RANGE_FILE) -> range:
+    """Ports to listen on that the kernel does not hand out to outgoing connections."""
+    low, high = LISTEN_PORTS
     try:
-        for _ in range(n):
+        ephemeral_low, ephemeral_high = map(int, Path(path).read_text().split())
+    except (OSError, ValueError):
+        return range(low, high)
+    if ephemeral_low - low >= 1000:  # room below the ephemeral range
+        return range(low, min(high, ephemeral_low))
+    return range(ephemeral_high + 1, 65536)  # a range moved low: take what is above it
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(n: int, ports: range | None = None) -> list[int]:
+    """n distinct ports free on 127.0.0.1 now, outside the ephemeral range (see above)."""
+    candidates = ports or listen_range()
+    # Held open together so the n ports are distinct and each was free.
+    socks: list[socket.socket] = []
+    try:
+        for port in random.sample(candidates, min(len(candidates), 64 * n)):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
+            if len(socks) == n:
+                return [int(s.getsockname()[1]) for s in socks]
+        raise OSError(f"no {n} free ports in {candidates}")
     finally:
         for s in socks:
             s.close()

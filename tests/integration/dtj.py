@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import jobs
 import yaml
 from kubernetes import client, utils
 from kubernetes.utils import parse_quantity
+from localkube.procs import free_port
 from localkube.testing import wait_for
 from torchrun_operator.api.names import GROUP, LABEL_JOB_NAME, PLURAL, VERSION
 
@@ -132,13 +132,6 @@ def one_per_node(api: client.ApiClient, timeout: float = 60.0) -> tuple[int, str
 
     result: tuple[int, str] = wait_for("a CPU request each node fits once", sized, timeout)
     return result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class OperatorProcess:

@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
@@ -55,12 +55,6 @@ WORKER = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from localkube.procs import free_port
 from torchrun_operator.launcher import launcher as L
 
 
@@ -66,12 +66,6 @@ def test_meter_prefers_the_scripts_own_step_time_and_needs_a_full_window() -> No
     m.observe(3.0 + 100, "2")  # restored from an earlier checkpoint: measured anew
     snap = m.snapshot(103.0)
     assert snap is not None and snap["step"] == 2 and "stepsPerSecond" not in snap
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_status_endpoint_serves_the_live_state_read_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -45,3 +46,26 @@ def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
 def test_free_ports_are_distinct() -> None:
     ports = procs.free_ports(7)
     assert len(set(ports)) == 7
+
+
+def test_free_ports_stay_out_of_the_kernels_ephemeral_range() -> None:
+    low, high = map(int, Path(procs.EPHEMERAL_RANGE_FILE).read_text().split())
+    assert all(not low <= p <= high for p in procs.free_ports(20))
+
+
+def test_listen_range_is_below_the_ephemeral_range_or_above_a_low_one(tmp_path: Path) -> None:
+    f = tmp_path / "range"
+    f.write_text("32768\t60999\n")
+    assert procs.listen_range(str(f)) == range(10000, 32768)
+    f.write_text("1024 40000\n")  # a range moved low: what is above it
+    assert procs.listen_range(str(f)) == range(40001, 65536)
+    assert procs.listen_range(str(tmp_path / "missing")) == range(10000, 32768)
+
+
+def test_a_port_in_use_is_never_handed_out() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        port = busy.getsockname()[1]
+        busy.listen()
+        with pytest.raises(OSError, match="no 1 free ports"):
+            procs.free_ports(1, range(port, port + 1))
