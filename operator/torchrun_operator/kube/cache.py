@@ -17,13 +17,19 @@ JobKey = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]
 
 
-def rv_of(obj: Obj) -> int | None:
-    # resourceVersion is opaque by contract but is etcd's revision number in every apiserver
-    # we know; comparing it keeps a late watch event from overwriting a newer response.
+def parse_rv(value: object) -> int | None:
+    """A resourceVersion as a number; None when it is not one.
+
+    resourceVersion is opaque by contract but is etcd's revision number in every apiserver we
+    know; comparing it keeps a late watch event from overwriting a newer response."""
     try:
-        return int(obj.get("metadata", {}).get("resourceVersion", ""))
+        return int(str(value))
     except ValueError:
         return None
+
+
+def rv_of(obj: Obj) -> int | None:
+    return parse_rv(obj.get("metadata", {}).get("resourceVersion", ""))
 
 
 def is_newer(new: Obj, old: Obj | None) -> bool:

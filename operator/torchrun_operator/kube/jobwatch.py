@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
-from torchrun_operator.kube.cache import JobCache, gone_after_relist, rv_of
+from torchrun_operator.kube.cache import JobCache, gone_after_relist, parse_rv
 from torchrun_operator.kube.podwatch import Watcher
 
 Obj = dict[str, Any]
@@ -53,7 +53,7 @@ class JobWatcher(Watcher):
 
     def _relisted(self, items: list[Obj], resource_version: str) -> None:
         listed = {(i["metadata"]["namespace"], i["metadata"]["name"]): i for i in items}
-        at = rv_of({"metadata": {"resourceVersion": resource_version}})
+        at = parse_rv(resource_version)
         for key in self._cache.keys():  # noqa: SIM118 - a method, not a dict
             cached = self._cache.get(key)
             if cached is None or (self._namespace is not None and key[0] != self._namespace):
