@@ -8,7 +8,10 @@ BIN = $(shell cluster/build.sh)
 # (`cluster/build.sh all`).
 TEST_BIN = $(shell cluster/build.sh all)
 
-.PHONY: help test unit e2e lint fmt demo up down crds build build-all venv
+.PHONY: help test unit e2e lint fmt demo up down crds build build-all venv sysdeps
+
+sysdeps: ## install the Debian packages the tests use (hack/sysdeps/packages.tsv), where missing
+	hack/sysdeps/install.sh --group build test
 
 build: ## build the local cluster's binaries (cluster/build.sh)
 	cluster/build.sh
@@ -19,10 +22,10 @@ build-all: ## the same, plus the kubelet and pause (real nodes), KWOK, training-
 venv: ## make or reuse the pinned test environment, linked as .venv
 	hack/venv.sh
 
-test: build-all venv lint ## everything CI runs: build, lint, every test
+test: sysdeps build-all venv lint ## everything CI runs: build, lint, every test
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
 
-e2e: build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
+e2e: sysdeps build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra tests/integration/test_images_docker.py \
 	  tests/integration/test_real_node.py
 

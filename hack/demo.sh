@@ -5,6 +5,7 @@
 # and `make down` stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+hack/sysdeps/install.sh --group demo
 PY=$(hack/venv.sh)
 export PYTHONPATH=$PWD/operator:$PWD/cluster
 DIR=${LOCALKUBE_DIR:-$PWD/.cluster}

@@ -4,7 +4,7 @@
 #
 #   hack/docker.sh
 #
-# Without dockerd it installs Debian's docker.io (apt, no recommends); with dockerd installed but
+# Without dockerd it installs Debian's docker.io and iptables (hack/sysdeps/install.sh); with dockerd installed but
 # not running it starts it in the background, in its own session (no systemd needed: CI and
 # these machines have none), logging to $DOCKERD_LOG, and waits until `docker info` answers.
 # Needs root for either. The engine keeps running afterwards.
@@ -31,11 +31,9 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
-  echo "[docker] installing docker.io (apt)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends docker.io >&2
+if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null || ! command -v iptables >/dev/null; then
+  # docker.io and iptables (which Docker's engine and our fixtures run) from the one list.
+  "$(dirname "$0")/sysdeps/install.sh" dockerd iptables
   # The package's own service start (where an init system allowed it) may have done the rest.
   if answers; then
     exit 0

@@ -50,11 +50,7 @@ die() { echo "hack/kind-node-image.sh: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "needs root (mmdebstrap, docker)"
 "$docker" info >/dev/null 2>&1 || die "no Docker engine answers (start one with hack/docker.sh)"
-if ! command -v mmdebstrap >/dev/null; then
-  log "installing mmdebstrap (apt)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >&2 ||
-    die "cannot install mmdebstrap (apt-get install mmdebstrap)"
-fi
+hack/sysdeps/install.sh mmdebstrap iptables || die "cannot install mmdebstrap (hack/sysdeps/install.sh)"
 
 BIN=$(cluster/build.sh kind) || die "cluster/build.sh kind failed (the Go builds; output above)"
 KIND_SRC=$(go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" |

@@ -5,32 +5,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-from localkube import procs
-from localkube.realnode import CNI_BIN_DIR, CRI_NAMESPACE, RealNodeLayout
+from localkube import procs, sysdeps
+from localkube.realnode import CRI_NAMESPACE, RealNodeLayout
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
-# What `apt-get install` brings each needed program with (Debian bookworm).
-PACKAGES = {
-    "containerd": "containerd",
-    "containerd-shim-runc-v2": "containerd",
-    "ctr": "containerd",
-    "runc": "runc",
-}
 
 
 def missing_packages() -> list[str]:
-    """Debian packages real nodes need that this host lacks."""
-    missing = {pkg for prog, pkg in PACKAGES.items() if shutil.which(prog) is None}
-    for plugin in ("bridge", "host-local", "loopback"):
-        if not (CNI_BIN_DIR / plugin).exists():
-            missing.add("containernetworking-plugins")
-    return sorted(missing)
+    """Debian packages real nodes need (the group "realnode" of hack/sysdeps/packages.tsv)
+    that this host lacks."""
+    return sorted(p.name for p in sysdeps.packages() if "realnode" in p.groups and not p.present())
 
 
 def hierarchies() -> list[Path]:

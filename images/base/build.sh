@@ -7,7 +7,7 @@
 #   images/base/build.sh [TAG]        default local/python:3.11-bookworm
 #
 # Does nothing when TAG exists already (FORCE=1 rebuilds it, e.g. for Debian's updates).
-# Installs mmdebstrap with apt when it is missing (needs root, as does mmdebstrap itself here).
+# Installs mmdebstrap when it is missing (hack/sysdeps/install.sh; root, as mmdebstrap itself here).
 #
 #   SUITE           Debian release (default bookworm: Python 3.11; name TAG to match)
 #   MIRROR          Debian mirror (default http://deb.debian.org/debian)
@@ -29,12 +29,7 @@ docker=${DOCKER:-docker}
 if [ "${FORCE:-0}" != 1 ] && "$docker" image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
-if ! command -v mmdebstrap >/dev/null; then
-  echo "[base] installing mmdebstrap (apt)" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >&2
-  apt-get install -y -qq --no-install-recommends mmdebstrap >&2
-fi
+"$(dirname "$0")/../../hack/sysdeps/install.sh" mmdebstrap
 
 echo "[base] $tag: Debian $suite + $packages" >&2
 start=$(date +%s)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localkube import sysdeps
 from localkube.testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +62,9 @@ def python_pod(
 
 
 def _forward_policy() -> str | None:
+    # A new machine has no iptables until Docker's package brings it: install it through the
+    # one installer (or fail naming the package), never FileNotFoundError.
+    sysdeps.ensure("iptables")
     out = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True)
     first = out.stdout.splitlines()[:1] if out.returncode == 0 else []
     return first[0].split()[-1] if first and first[0].startswith("-P") else None
