@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The fresh check on a fresh root: CI's `.ci/run`, from a clone of HEAD, inside a Debian root
+# that has no more than a new machine of our kind (so a package the project forgets to install
+# fails here, whatever this machine has installed by hand or by earlier runs), with every cache
+# empty. Prints the wall time of each phase.
+#
+#   hack/fresh-root.sh [--dir DIR] [--keep]
+#
+# The root (mmdebstrap, Debian bookworm, minbase) holds a subset of a new machine's Debian
+# packages (ROOT_PACKAGES, each checked against hack/sysdeps/new-machine-packages.txt) and what a
+# new machine has outside apt, copied from this one: Go, pyenv's Python 3.11, the Docker client
+# and kubectl. It is entered with chroot in a private mount namespace (proc, sys, dev, the
+# cgroup hierarchies), sharing this machine's kernel and network: the local cluster's network
+# namespaces, dockerd and the real node's containerd run there as they would on a new machine.
+# Needs root and the Debian mirror; mmdebstrap is installed here through hack/sysdeps.
+#
+# --dir DIR  where the root goes (default /var/tmp/fresh-root.XXXXXX); it must not exist
+# --keep     leave the root behind (the default removes it, with its caches, at the end)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+dir="" keep=0
+while (($#)); do
+  case "$1" in
+    --dir) dir=$2; shift ;;
+    --keep) keep=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+[ "$(id -u)" = 0 ] || { echo "hack/fresh-root.sh needs root (mmdebstrap, chroot, mounts)" >&2; exit 1; }
+[ -n "$dir" ] || dir=$(mktemp -d /var/tmp/fresh-root.XXXXXX)
+if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
+  echo "--dir $dir is not empty" >&2
+  exit 2
+fi
+
+# What the root starts with: Debian packages every new machine has (checked below), enough for
+# a person to clone the repository and type make. Nothing the project's installer provides.
+ROOT_PACKAGES="apt bash ca-certificates coreutils curl diffutils dpkg e2fsprogs file findutils \
+gcc git grep gzip hostname iproute2 jq less libc-bin libc6-dev make mawk mount openssl passwd \
+patch procps python3 sed sensible-utils tar tmux unzip util-linux xz-utils zstd"
+for p in $ROOT_PACKAGES; do
+  grep -qx "$p" "$REPO/hack/sysdeps/new-machine-packages.txt" ||
+    { echo "hack/fresh-root.sh: $p is not on a new machine; the root may not have it" >&2; exit 2; }
+done
+
+"$REPO/hack/sysdeps/install.sh" mmdebstrap
+phases=()
+phase() {  # name command...: runs and records the wall time
+  local name=$1 start rc=0
+  shift
+  echo "== $name" >&2
+  start=$(date +%s)
+  "$@" || rc=$?
+  phases+=("$(printf '%-28s %6ss  exit %s' "$name" "$(($(date +%s) - start))" "$rc")")
+  return "$rc"
+}
+report() {
+  echo
+  echo "fresh-root check of $(git -C "$REPO" rev-parse --short HEAD), root $dir"
+  printf '%s\n' "${phases[@]}"
+}
+cleanup() {
+  report
+  if ((keep)); then echo "root kept: $dir"; else rm -rf --one-file-system "$dir"; fi
+}
+trap cleanup EXIT
+
+make_root() {
+  mmdebstrap --variant=minbase --include="${ROOT_PACKAGES// /,}" \
+    --aptopt='Acquire::Retries "3"' bookworm "$dir" \
+    "deb http://deb.debian.org/debian bookworm main" \
+    "deb http://deb.debian.org/debian bookworm-updates main" \
+    "deb http://deb.debian.org/debian-security bookworm-security main"
+  # Outside apt on a new machine: Go, pyenv's Python (python3 on PATH is 3.11 with pip), the
+  # Docker client with no engine, kubectl. Same paths as here.
+  local go py kubectl
+  go=$(dirname "$(dirname "$(readlink -f "$(command -v go)")")")
+  py=$(python3 -c 'import sys; print(sys.base_prefix)')
+  kubectl=$(readlink -f "$(command -v kubectl)")
+  mkdir -p "$dir$go" "$dir$py" "$dir/usr/local/bin"
+  cp -a "$go/." "$dir$go/"
+  cp -a "$py/." "$dir$py/"
+  cp "$(command -v docker)" "$dir/usr/local/bin/docker"
+  cp "$kubectl" "$dir/usr/local/bin/kubectl"
+  cp /etc/resolv.conf "$dir/etc/resolv.conf"
+  git clone -q "$REPO" "$dir/src"
+  git -C "$dir/src" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
+  cat >"$dir/enter.sh" <<EOF
+#!/bin/bash
+# Inside the root, as a new machine's login shell would be.
+export PATH=$go/bin:$py/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+cd /src
+exec "\$@"
+EOF
+  chmod +x "$dir/enter.sh"
+}
+
+# In a mount namespace of its own: the mounts go when the check ends, whatever happens.
+in_root() {
+  unshare --mount --propagation private bash -c '
+    set -e
+    d=$1; shift
+    mount -t proc proc "$d/proc"
+    mount --rbind /sys "$d/sys"
+    mount --rbind /dev "$d/dev"
+    mount -t tmpfs tmpfs "$d/run"
+    exec chroot "$d" /enter.sh "$@"
+  ' in_root "$dir" "$@"
+}
+
+phase "mmdebstrap root" make_root
+phase ".ci/run in the root" in_root bash -c 'time .ci/run'
