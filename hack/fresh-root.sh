@@ -100,6 +100,7 @@ EOF
 
 # In a mount namespace of its own: the mounts go when the check ends, whatever happens.
 in_root() {
+  # shellcheck disable=SC2016  # expanded by the inner bash
   unshare --mount --propagation private bash -c '
     set -e
     d=$1; shift
