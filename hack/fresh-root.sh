@@ -8,8 +8,9 @@
 #
 # The root (mmdebstrap, Debian bookworm, minbase) holds a subset of a new machine's Debian
 # packages (ROOT_PACKAGES, each checked against hack/sysdeps/new-machine-packages.txt) and what a
-# new machine has outside apt, copied from this one: Go, pyenv's Python 3.11, the Docker client
-# and kubectl. It is entered with chroot in a private mount namespace (proc, sys, dev, the
+# new machine has outside apt, copied from this one: Go, pyenv's Python 3.11, the Docker client,
+# kubectl, and its network's CA certificates (the environment, GOFLAGS and the *_CA_* variables
+# among it, passes through). It is entered with chroot in a private mount namespace (proc, sys, dev, the
 # cgroup hierarchies), sharing this machine's kernel and network: the local cluster's network
 # namespaces, dockerd and the real node's containerd run there as they would on a new machine.
 # Needs root and the Debian mirror; mmdebstrap is installed here through hack/sysdeps.
@@ -85,6 +86,11 @@ make_root() {
   cp "$(command -v docker)" "$dir/usr/local/bin/docker"
   cp "$kubectl" "$dir/usr/local/bin/kubectl"
   cp /etc/resolv.conf "$dir/etc/resolv.conf"
+  # A new machine trusts its network's TLS-inspecting CAs (every registry goes through them),
+  # and pip is configured to use that bundle.
+  cp -a /usr/local/share/ca-certificates/. "$dir/usr/local/share/ca-certificates/"
+  chroot "$dir" update-ca-certificates >/dev/null
+  [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$dir/etc/pip.conf"
   git clone -q "$REPO" "$dir/src"
   git -C "$dir/src" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
   cat >"$dir/enter.sh" <<EOF
