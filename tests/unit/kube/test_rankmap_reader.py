@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from torchrun_operator.kube import rankmap
 from torchrun_operator.kube.rankmap import RankMapReader, ReadSchedule, Target, targets_of
+from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
 
 def pod(name: str, index: int, attempt: int = 0, ready: bool = False, **status: Any) -> dict:
@@ -48,7 +49,8 @@ def test_targets_are_the_running_pods_of_the_attempt_that_have_an_ip() -> None:
 
 
 T = [Target(f"u{i}", f"p{i}", f"10.0.0.{i}", False) for i in range(3)]
-DONE = {"groupRank": 0, "state": "Training"}
+DONE = LiveAnswer("r", 0, state="Training", group_rank=0)
+WAITING = LiveAnswer("r", 0, state="Rendezvous")
 
 
 def sweep(s: ReadSchedule, now: float) -> list[str]:
@@ -61,11 +63,11 @@ def test_a_new_job_is_read_whole_then_one_waiting_pod_a_second() -> None:
     s.update("j", T, now=0)
     assert sweep(s, 0) == ["u0", "u1", "u2"]
     assert sweep(s, 0) == []  # in flight
-    s.done("j", {"u0": {"state": "Rendezvous"}, "u1": None, "u2": None}, now=0.1)
+    s.done("j", {"u0": WAITING, "u1": None, "u2": None}, now=0.1)
     assert s.next_wakeup() == pytest.approx(1.1)
     assert sweep(s, 1.0) == []
     assert sweep(s, 1.1) == ["u0"]  # the sentinel
-    s.done("j", {"u0": {"state": "Rendezvous"}}, now=1.2)
+    s.done("j", {"u0": WAITING}, now=1.2)
     assert sweep(s, 2.2) == ["u1"]  # the waiting pods take turns
 
 
@@ -132,7 +134,9 @@ def test_pods_that_go_away_are_forgotten_and_an_empty_job_is_dropped() -> None:
 
 
 def test_reader_reads_keeps_answers_and_reports_changes() -> None:
-    answers = {"10.0.0.2": {"v": 1, "groupRank": 1, "state": "Training", "time": 1.0}}
+    answers = {
+        "10.0.0.2": {"v": 1, "rdzvId": "r", "index": 0, "groupRank": 1, "state": "Training"}
+    }
     changed: list[Any] = []
     clock = [100.0]
     reader = RankMapReader(changed.append, clock=lambda: clock[0], read=answers.get)
@@ -144,7 +148,8 @@ def test_reader_reads_keeps_answers_and_reports_changes() -> None:
             time.sleep(0.01)
         assert changed == [("ns", "j")]
         live = reader.live(("ns", "j"))
-        assert live == {"u-j-0": {"at": 100.0, "data": answers["10.0.0.2"]}}
+        kept = LiveAnswer("r", 0, state="Training", group_rank=1)
+        assert live == {"u-j-0": {"at": 100.0, "data": kept}}
         reader.track(("ns", "j"), [], attempt=0)
         assert reader.live(("ns", "j")) == {}
     finally:
@@ -176,14 +181,14 @@ def server() -> Iterator[http.server.HTTPServer]:
 
 def test_fetch_reads_a_json_object_and_nothing_else(server: http.server.HTTPServer) -> None:
     port = server.server_address[1]
-    _Handler.body = json.dumps({"v": 1, "groupRank": 0}).encode()
-    assert rankmap.fetch("127.0.0.1", port) == {"v": 1, "groupRank": 0}
+    _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0, "groupRank": 0}).encode()
+    assert rankmap.fetch("127.0.0.1", port) == LiveAnswer("r", 0, group_rank=0)
     _Handler.body = b"[1, 2]"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert rankmap.fetch("127.0.0.1", port) == Rejected("not a JSON object")
     _Handler.body = b"{" + b" " * (rankmap.MAX_ANSWER_BYTES + 10) + b"}"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert isinstance(rankmap.fetch("127.0.0.1", port), Rejected)
     _Handler.body = b"not json"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert rankmap.fetch("127.0.0.1", port) == Rejected("not JSON")
     server.shutdown()
     server.server_close()
     started = time.monotonic()
