@@ -308,7 +308,7 @@ class RankMapReader:
         # never queues another job's.
         self._sweeps = ThreadPoolExecutor(parallelism, thread_name_prefix="rankmap-sweep")
         self._live: dict[Hashable, dict[str, tuple[float, LiveAnswer]]] = {}
-        self._rejected: dict[Hashable, dict[str, str]] = {}
+        self._rejected: dict[Hashable, dict[str, tuple[float, str]]] = {}
         self._offset: dict[Hashable, int] = {}  # where the job's next sweep starts
         self._bytes = 0  # the cost of every kept answer together
         self._over = False  # whether the memory bound was said
@@ -353,18 +353,17 @@ class RankMapReader:
             self._offset.pop(key, None)
 
     def live(self, key: Hashable) -> dict[str, dict[str, Any]]:
-        """Per pod uid: {"at": when read (unix seconds), "data": the validated answer}."""
+        """Per pod uid: {"at": when read (unix seconds), "data": the validated answer (None
+        when none was kept)}, and "rejected": why an answer of the pod was refused, for as
+        long as the pod lives (the reconciler says it once)."""
         with self._cond:
-            return {
+            out: dict[str, dict[str, Any]] = {
                 uid: {"at": at, "data": answer}
                 for uid, (at, answer) in (self._live.get(key) or {}).items()
             }
-
-    def rejected(self, key: Hashable) -> dict[str, str]:
-        """Per pod uid of the job's current pods: why the pod's last refused answer was
-        refused (kept while the pod lives, so the reconciler can say it once)."""
-        with self._cond:
-            return dict(self._rejected.get(key) or {})
+            for uid, (at, reason) in (self._rejected.get(key) or {}).items():
+                out.setdefault(uid, {"at": at, "data": None})["rejected"] = reason
+            return out
 
     def kept_bytes(self) -> int:
         with self._cond:
@@ -405,7 +404,9 @@ class RankMapReader:
         running: dict[Future[Read], Target] = {}
         queue = iter(order)
         while True:
-            while len(running) < self._per_job and time.monotonic() < deadline:
+            while len(running) < self._per_job and (
+                len(results) + len(running) < self._per_job or time.monotonic() < deadline
+            ):  # the first reads start whatever the deadline: every sweep reads something
                 t = next(queue, None)
                 if t is None:
                     break
@@ -432,10 +433,10 @@ class RankMapReader:
                 for uid, r in results.items():
                     if isinstance(r, LiveAnswer):
                         self._keep(key, uid, now, r)
-                    elif isinstance(r, Rejected):
-                        rejected = self._rejected.setdefault(key, {})
-                        changed = changed or rejected.get(uid) != r.reason
-                        rejected[uid] = r.reason
+                    elif isinstance(r, Rejected) and uid not in self._rejected.get(key, {}):
+                        # The first refusal of the pod is what is said; later ones are not.
+                        self._rejected.setdefault(key, {})[uid] = (now, r.reason)
+                        changed = True
             self._cond.notify()
         if changed:
             self._on_change(key)

@@ -134,9 +134,7 @@ def test_pods_that_go_away_are_forgotten_and_an_empty_job_is_dropped() -> None:
 
 
 def test_reader_reads_keeps_answers_and_reports_changes() -> None:
-    answers = {
-        "10.0.0.2": {"v": 1, "rdzvId": "r", "index": 0, "groupRank": 1, "state": "Training"}
-    }
+    answers = {"10.0.0.2": {"v": 1, "rdzvId": "r", "index": 0, "groupRank": 1, "state": "Training"}}
     changed: list[Any] = []
     clock = [100.0]
     reader = RankMapReader(changed.append, clock=lambda: clock[0], read=answers.get)
