@@ -187,10 +187,17 @@ class ReadSchedule:
             out.append((key, reads))
         return out
 
-    def done(self, key: Hashable, results: Mapping[str, LiveAnswer | None], now: float) -> bool:
+    def done(
+        self,
+        key: Hashable,
+        results: Mapping[str, LiveAnswer | None],
+        now: float,
+        partial: bool = False,
+    ) -> bool:
         """A sweep's answers (uid -> answer, None for a failed or refused read; a pod the
-        sweep did not reach is left out). True when an answer changed (the job is worth
-        reconciling)."""
+        sweep did not reach is left out, and `partial` says there are such pods: the job's
+        next sweep, due now, reads every pod again, starting with those). True when an answer
+        changed (the job is worth reconciling)."""
         job = self.jobs.get(key)
         if job is None:
             return False
@@ -211,7 +218,10 @@ class ReadSchedule:
                 changed = True
             job.answers[uid] = data
         waiting = job.waiting()
-        if newly_rendezvoused and waiting:
+        if partial:
+            job.full = True
+            job.next_due = now
+        elif newly_rendezvoused and waiting:
             # One pod completed a round: so did (or will, in a moment) every other.
             job.full = True
             job.next_due = now
@@ -413,7 +423,10 @@ class RankMapReader:
                 running[self._reads.submit(self._read_checked, t.ip)] = t
             if not running:
                 break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            # With a timeout: a read cancelled by stop() is never run, and never wakes wait().
+            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            if self._stopped:
+                raise RuntimeError("stopped")
             for f in finished:
                 results[running.pop(f).uid] = f.result()
         with self._cond:
@@ -428,7 +441,8 @@ class RankMapReader:
         now = self._clock()
         with self._cond:
             answers = {u: r if isinstance(r, LiveAnswer) else None for u, r in results.items()}
-            changed = self._schedule.done(key, answers, now)
+            partial = len(results) < len(targets)
+            changed = self._schedule.done(key, answers, now, partial)
             if key in self._schedule.jobs:
                 for uid, r in results.items():
                     if isinstance(r, LiveAnswer):

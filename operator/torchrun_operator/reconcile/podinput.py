@@ -8,10 +8,9 @@ here, and only what comes out is kept:
 
 * a body over its byte cap is refused before it is decoded;
 * JSON is decoded with NaN and Infinity refused, integer literals of more than 20 digits
-  refused (before Python converts them), floats that overflow to infinity refused, and a
-  nesting deeper than the decoder can take refused (RecursionError is caught here, never
-  seen by a thread that would take it for something else); what decodes is walked once more
-  to refuse anything nested deeper than MAX_DEPTH;
+  refused (before Python converts them), floats that overflow to infinity refused; a body
+  whose brackets nest deeper than MAX_DEPTH is refused by a linear scan before it is decoded
+  (so no RecursionError reaches a thread that would take it for something else);
 * each field the operator uses is checked against its documented range (counts 0..2**53,
   ranks 0..2**31-1, times between 1970 and 2100, rates finite and non-negative); a value out
   of its range refuses the whole answer or report (a launcher of ours never sends one, so
@@ -30,8 +29,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, cast
 
 from ..launcher import launcher as contract
@@ -104,42 +105,37 @@ def _float_literal(text: str) -> float:
 
 def decode(body: bytes | str, limit: int) -> Any | Rejected:
     """A JSON document of at most `limit` bytes and MAX_DEPTH levels, or Rejected."""
-    size = len(body.encode() if isinstance(body, str) else body)
-    if size > limit:
+    raw = body.encode() if isinstance(body, str) else body
+    if len(raw) > limit:
         return Rejected(f"larger than {limit} bytes")
+    if _depth(raw) > MAX_DEPTH:
+        return Rejected(f"nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(
-            body,
+        return json.loads(
+            raw,
             parse_constant=_constant,
             parse_int=_int_literal,
             parse_float=_float_literal,
         )
     except _Refuse as e:
         return Rejected(str(e))
-    except RecursionError:
+    except RecursionError:  # not after _depth; kept so that no decoder can raise it
         return Rejected(f"nested deeper than {MAX_DEPTH} levels")
     except (ValueError, OverflowError, UnicodeDecodeError):
         return Rejected("not JSON")
-    if _deeper_than(data, MAX_DEPTH):
-        return Rejected(f"nested deeper than {MAX_DEPTH} levels")
-    return data
 
 
-def _deeper_than(data: Any, limit: int) -> bool:
-    """Whether `data` nests more than `limit` containers, without recursion."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children: Any = node.values()
-        elif isinstance(node, list):
-            children = node
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def _depth(raw: bytes) -> int:
+    """How deep `raw` nests, from its brackets outside strings, before anything is decoded:
+    linear, in C but for one step per bracket (10 ms for 64 KiB of brackets)."""
+    structure = _ESCAPE.sub(b"", raw).translate(None, _NOT_STRUCTURE)
+    outside = b"".join(structure.split(b'"')[::2])
+    return max(accumulate(_STEP[c] for c in outside), default=0)
 
 
 # ---- field checks (each raises _Refuse with the field's name) -------------------------------
@@ -354,7 +350,7 @@ def parse_report(message: object) -> contract.Summary | Rejected | None:
 
 def _report(data: Mapping[str, Any]) -> contract.Summary:
     state = data.get("state")
-    if state not in REPORT_STATES:
+    if not isinstance(state, str) or state not in REPORT_STATES:
         raise _Refuse(f"state {_show(state)} is not a report state")
     failures: list[contract.FailureRecord] = []
     for f in _list(data, "failures")[:MAX_FAILURES]:
@@ -386,7 +382,9 @@ def _failure(f: Mapping[str, Any]) -> contract.FailureRecord:
         "localRank": _int_in(f, "localRank", 0, MAX_RANK, "failures[]."),
         "exitCode": _int_in(f, "exitCode", MIN_EXIT, MAX_EXIT, "failures[]."),
         # An unknown kind counts as a bare exit (rootcause), as before.
-        "kind": kind if kind in contract.KIND_ORDER else contract.KIND_EXIT,
+        "kind": kind
+        if isinstance(kind, str) and kind in contract.KIND_ORDER
+        else contract.KIND_EXIT,
         "error": _str(f, "error", MAX_ERROR, "failures[].") or "",
         "at": _time(f, "at", "failures[]."),
     }

@@ -221,3 +221,146 @@ def test_a_pod_that_answers_a_byte_at_a_time_cannot_hold_a_reader() -> None:
     finally:
         stop.set()
         srv.close()
+
+
+# ---- hostile pods (issue 24 §2) ----------------------------------------------------------
+
+
+def _bound(index: int = 0, **fields: Any) -> dict[str, Any]:
+    return {"v": 1, "rdzvId": "r", "index": index, **fields}
+
+
+def _wait(what: str, check: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_read_that_raises_recursion_error_does_not_stop_the_jobs_reads() -> None:
+    # RecursionError is a RuntimeError, which the sweep once took for "shut down": the job's
+    # reads then stopped for the rest of the attempt.
+    calls: dict[str, int] = {}
+
+    def read(ip: str) -> object:
+        calls[ip] = calls.get(ip, 0) + 1
+        if ip == "10.0.0.2":
+            raise RecursionError("maximum recursion depth exceeded")
+        return _bound(1, state="Training", groupRank=0)
+
+    changed: list[Any] = []
+    reader = RankMapReader(changed.append, read=read, schedule=ReadSchedule(steady=0.01))
+    reader.start()
+    try:
+        reader.track("j", [pod("j-0", 0, ready=True), pod("j-1", 1, ready=True)], attempt=0)
+        _wait("the job read again", lambda: calls.get("10.0.0.3", 0) >= 3)
+        assert set(reader.live("j")) == {"u-j-1"}
+    finally:
+        reader.stop()
+
+
+def test_a_refused_answer_is_kept_as_its_reason_said_once_and_forgotten_with_the_pod() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+    changed: list[Any] = []
+    reader = RankMapReader(
+        changed.append,
+        read=lambda ip: rankmap.podinput.parse_answer(deep),
+        schedule=ReadSchedule(steady=0.01),
+    )
+    reader.start()
+    try:
+        reader.track("j", [pod("j-0", 0, ready=True)], attempt=0)
+        _wait("the refusal", lambda: "u-j-0" in reader.live("j"))
+        read = reader.live("j")["u-j-0"]
+        assert read["data"] is None and "nested deeper" in read["rejected"]
+        _wait("more sweeps", lambda: reader._schedule.jobs["j"].failures.get("u-j-0", 0) >= 3)
+        assert changed == ["j"]  # the same refusal again is no change
+        reader.track("j", [], attempt=0)
+        assert reader.live("j") == {}
+    finally:
+        reader.stop()
+
+
+def test_all_kept_answers_stay_within_the_memory_bound() -> None:
+    # 150 pods each answering 64 KiB of {}: what is kept is small, and never past the bound.
+    filler = b",".join([b"{}"] * 20000)
+    pods = [pod(f"j-{i}", i, ready=True) for i in range(150)]
+    for i, p in enumerate(pods):
+        p["status"]["podIP"] = f"10.1.0.{i}"
+    index = {p["status"]["podIP"]: i for i, p in enumerate(pods)}
+    reads: list[str] = []
+
+    def read(ip: str) -> object:
+        head = json.dumps(_bound(index[ip], state="Training", groupRank=index[ip]))[:-1]
+        answer = rankmap.podinput.parse_answer(head.encode() + b',"x":[' + filler + b"]}")
+        reads.append(ip)
+        return answer
+
+    bound = 100 * LiveAnswer("r", 0, state="Training", group_rank=0).cost()
+    reader = RankMapReader(lambda _: None, read=read, max_bytes=bound, sweep_seconds=60)
+    reader.start()
+    try:
+        reader.track("j", pods, attempt=0)
+        _wait("every pod read", lambda: len(reads) >= len(pods), timeout=60)
+        _wait("the sweep's end", lambda: not reader._schedule.jobs["j"].in_flight)
+        kept = reader.live("j")
+        assert 0 < len(kept) <= 100 and reader.kept_bytes() <= bound
+        assert all(isinstance(r["data"], LiveAnswer) for r in kept.values())
+    finally:
+        reader.stop()
+
+
+def test_a_job_of_unreachable_pods_does_not_starve_another_job() -> None:
+    # Job "big": 200 pods that never answer (SYNs dropped) until the test ends. Job "small":
+    # one pod. Before, big's 200 reads filled the shared FIFO pool and small waited minutes.
+    release = threading.Event()
+    in_flight: list[int] = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def read(ip: str) -> object:
+        if ip.startswith("10.9."):
+            with lock:
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight)
+            release.wait(30)
+            with lock:
+                in_flight[0] -= 1
+            return None
+        return _bound(0, state="Training", groupRank=0)
+
+    big = [pod(f"b-{i}", i, ready=True) for i in range(200)]
+    for i, p in enumerate(big):
+        p["status"]["podIP"] = f"10.9.{i // 200}.{i % 200}"
+        p["metadata"]["uid"] = f"u-b-{i}"
+    reader = RankMapReader(lambda _: None, read=read, sweep_seconds=0.5)
+    reader.start()
+    try:
+        reader.track("big", big, attempt=0)
+        _wait("big's reads to start", lambda: in_flight[0] > 0)
+        reader.track("small", [pod("s-0", 0, ready=True)], attempt=0)
+        _wait("small's answer", lambda: "u-s-0" in reader.live("small"))
+        assert in_flight[1] <= rankmap.PER_JOB_READS
+    finally:
+        release.set()
+        reader.stop()
+
+
+def test_a_sweep_that_runs_out_of_time_starts_where_it_stopped_next_time() -> None:
+    order: list[str] = []
+    reader = RankMapReader(
+        lambda _: None,
+        read=lambda ip: order.append(ip) or _bound(0, state="Training", groupRank=0),
+        per_job=1,
+        sweep_seconds=0.0,
+        schedule=ReadSchedule(steady=60),
+    )
+    pods = [pod(f"j-{i}", i, ready=True) for i in range(3)]
+    reader.start()
+    try:
+        reader.track("j", pods, attempt=0)
+        _wait("three sweeps", lambda: len(order) >= 3)
+        # Each sweep read one pod (its deadline passed), each a different one, and the next
+        # sweep came at once (not after the steady interval of a minute).
+        assert sorted(order[:3]) == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    finally:
+        reader.stop()
