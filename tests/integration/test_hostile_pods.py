@@ -44,11 +44,24 @@ dist.destroy_process_group()
 open("/shared/done", "w").close()
 """
 
-# The sidecar: binds the status port (retrying, in case the launcher got there first: then
-# it never gets it, and the test says so) and answers hostile bodies in turn until the
-# trainer is done.
+# The sidecar (the second container; the first is the trainer): binds the status port
+# (retrying, in case the launcher got there first: then it never gets it, and the test says
+# so) and answers hostile bodies in turn until the trainer is done.
 SIDECAR = f"""\
-import http.server, itertools, json, os, socket, threading, time
+import socket, time
+
+# Bind first, import the rest after: the launcher imports a good deal before it binds.
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+while True:
+    try:
+        listener.bind(("0.0.0.0", {STATUS_PORT}))
+        break
+    except OSError:
+        time.sleep(0.01)
+listener.listen(16)
+
+import http.server, itertools, json, os, threading
 
 # Bound to no attempt (the sidecar cannot know the rendezvous id): what is refused is the
 # content, before any binding is looked at.
@@ -58,7 +71,7 @@ bodies = itertools.cycle([
                 "progress": {{"step": {SENTINEL}}}}}).encode(),
     json.dumps({{**bind, "progress": {{"stepsPerSecond": float("nan")}}}}).encode(),
     b"[" * 32768 + b"]" * 32767,
-    b'{{"v":1,"x":[' + b",".join([b"{{}}"] * 21000) + b"]}}",
+    json.dumps(bind)[:-1].encode() + b',"x":[' + b",".join([b"{{}}"] * 21000) + b"]}}",
 ])
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -75,12 +88,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 class Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-while True:
-    try:
-        server = Server(("0.0.0.0", {STATUS_PORT}), Handler)
-        break
-    except OSError:
-        time.sleep(0.01)
+server = Server(("0.0.0.0", {STATUS_PORT}), Handler, bind_and_activate=False)
+server.socket.close()
+server.socket = listener
 print("sidecar serving", flush=True)
 threading.Thread(target=server.serve_forever, daemon=True).start()
 while not os.path.exists("/shared/done"):
@@ -106,18 +116,17 @@ def hostile_job(name: str) -> list[dict[str, Any]]:
     doc = docs[1]
     jobs.mount(doc, {"name": "shared", "emptyDir": {}}, "/shared")
     pod_spec = doc["spec"]["template"]["spec"]
-    pod_spec["containers"].insert(
-        0,
+    pod_spec["containers"].append(
         {
             "name": "answer",
             "image": IMAGE,
-            "command": ["python", "/workspace/sidecar.py"],
+            "command": ["python", "-S", "/workspace/sidecar.py"],
             "resources": SMALL,
             "volumeMounts": [
                 {"name": "script", "mountPath": "/workspace"},
                 {"name": "shared", "mountPath": "/shared"},
             ],
-        },
+        }
     )
     return docs
 
