@@ -190,7 +190,7 @@ def test_hostile_pods_cannot_wedge_their_job_or_starve_another(
     )
     rejected = [e for e in events.items if e.reason == "PodAnswerRejected"]
     # Said once per pod, however many answers and reports were refused.
-    pods = {e.message.split(":", 1)[0] for e in rejected}
+    pods = {(e.message or "").split(":", 1)[0] for e in rejected}
     assert 1 <= len(pods) <= 2 and len(rejected) == len(pods), [e.message for e in rejected]
     assert all((e.count or 1) == 1 for e in rejected), [(e.message, e.count) for e in rejected]
 

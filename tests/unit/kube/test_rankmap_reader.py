@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from torchrun_operator.kube import rankmap
 from torchrun_operator.kube.rankmap import RankMapReader, ReadSchedule, Target, targets_of
+from torchrun_operator.reconcile import podinput
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
 
@@ -264,7 +265,7 @@ def test_a_refused_answer_is_kept_as_its_reason_said_once_and_forgotten_with_the
     changed: list[Any] = []
     reader = RankMapReader(
         changed.append,
-        read=lambda ip: rankmap.podinput.parse_answer(deep),
+        read=lambda ip: podinput.parse_answer(deep),
         schedule=ReadSchedule(steady=0.01),
     )
     reader.start()
@@ -292,7 +293,7 @@ def test_all_kept_answers_stay_within_the_memory_bound() -> None:
 
     def read(ip: str) -> object:
         head = json.dumps(_bound(index[ip], state="Training", groupRank=index[ip]))[:-1]
-        answer = rankmap.podinput.parse_answer(head.encode() + b',"x":[' + filler + b"]}")
+        answer = podinput.parse_answer(head.encode() + b',"x":[' + filler + b"]}")
         reads.append(ip)
         return answer
 
@@ -347,9 +348,14 @@ def test_a_job_of_unreachable_pods_does_not_starve_another_job() -> None:
 
 def test_a_sweep_that_runs_out_of_time_starts_where_it_stopped_next_time() -> None:
     order: list[str] = []
+
+    def read(ip: str) -> object:
+        order.append(ip)
+        return _bound(0, state="Training", groupRank=0)
+
     reader = RankMapReader(
         lambda _: None,
-        read=lambda ip: order.append(ip) or _bound(0, state="Training", groupRank=0),
+        read=read,
         per_job=1,
         sweep_seconds=0.0,
         schedule=ReadSchedule(steady=60),
