@@ -53,6 +53,7 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     BLOCKED = "Blocked"
     STRAGGLER = "Straggler"
+    POD_INPUT_REJECTED = "PodInputRejected"  # a pod said what the operator refuses
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -111,6 +112,8 @@ class Reason(StrEnum):
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"
+    # PodInputRejected: a pod's status answer or report broke the pod contract
+    POD_ANSWER_REJECTED = "PodAnswerRejected"
 
 
 class RestartKind(StrEnum):

@@ -16,13 +16,19 @@ progress, the stacks of a stalled pod. This module reads it; the reconciler deci
 * `RankMapReader` runs it: one scheduler thread, a bounded pool of reads with a short timeout,
   the latest answer per pod uid, and a callback (the work queue) when a job's answers change.
 
+What a pod answers is untrusted (a tenant's sidecar can bind the port first): each answer is
+checked by reconcile/podinput.py in the reading thread and only the validated `LiveAnswer` is
+kept; a refused answer is remembered (once per pod) for the controller to say. No job can
+starve another: a job has at most PER_JOB_READS reads in flight, a sweep ends at its deadline
+(the pods it did not reach are read first next time), and all kept answers together stay under
+MAX_LIVE_BYTES.
+
 Where the operator reaches pod IPs from: in a cluster, the operator's pod (the job's
 NetworkPolicy admits it to this port); on the local cluster, the host, on the pods' bridge.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -30,12 +36,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchrun_operator.api import names
 from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.reconcile import podinput
+from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +51,7 @@ log = logging.getLogger(__name__)
 # not worth waiting for (the next read comes soon).
 READ_TIMEOUT_SECONDS = 1.0
 # The most of an answer that is read: a launcher's answer is well under 8 KiB.
-MAX_ANSWER_BYTES = 64 * 1024
+MAX_ANSWER_BYTES = podinput.MAX_ANSWER_BYTES
 # While a job's rendezvous has not completed: one pod every second, then slower.
 FAST_INTERVALS = ((120.0, 1.0), (600.0, 2.0), (float("inf"), 5.0))
 # Every pod of a running job, at least this often apart.
@@ -53,8 +61,15 @@ MAX_READS_PER_SECOND = 40.0
 MAX_SWEEPS_PER_SECOND = 4.0
 # A pod that failed this many reads in a row no longer holds its job in fast reads.
 MAX_FAST_FAILURES = 10
-# Parallel reads, all jobs together.
+# Parallel reads, all jobs together, and of one job: a job of unreachable pods (each read
+# waits READ_TIMEOUT_SECONDS) holds at most PER_JOB_READS of the readers.
 PARALLEL_READS = 16
+PER_JOB_READS = 4
+# A sweep starts no read after this many seconds; the pods it did not reach come first in
+# the job's next sweep.
+SWEEP_SECONDS = 5.0
+# All kept answers together (podinput.LiveAnswer.cost); an answer past it is not kept.
+MAX_LIVE_BYTES = 32 * 1024 * 1024
 # Benchmarks only: send every read to this host:port instead of the pod's IP.
 ENV_ADDRESS_OVERRIDE = "TORCHRUN_OPERATOR_STATUS_ADDRESS"
 
@@ -90,17 +105,15 @@ def targets_of(pods: list[dict[str, Any]], attempt: int | None) -> list[Target]:
     return sorted(out, key=lambda t: t.name)
 
 
-def rendezvoused(data: Mapping[str, Any] | None) -> bool:
+def rendezvoused(answer: LiveAnswer | None) -> bool:
     """Whether an answer shows a completed rendezvous (the pod knows its node rank)."""
-    if not data:
-        return False
-    return data.get("groupRank") is not None and data.get("state") != contract.LIVE_RENDEZVOUS
+    return answer is not None and answer.rendezvoused
 
 
 @dataclass
 class _Job:
     targets: dict[str, Target] = field(default_factory=dict)
-    answers: dict[str, Any] = field(default_factory=dict)  # uid -> latest data
+    answers: dict[str, LiveAnswer] = field(default_factory=dict)  # uid -> latest answer
     failures: dict[str, int] = field(default_factory=dict)  # uid -> failed reads in a row
     next_due: float = 0.0
     full: bool = True  # the next sweep reads every pod
@@ -174,8 +187,16 @@ class ReadSchedule:
             out.append((key, reads))
         return out
 
-    def done(self, key: Hashable, results: Mapping[str, Any], now: float) -> bool:
-        """A sweep's answers (uid -> data, None for a failed read). True when an answer
+    def done(
+        self,
+        key: Hashable,
+        results: Mapping[str, LiveAnswer | None],
+        now: float,
+        partial: bool = False,
+    ) -> bool:
+        """A sweep's answers (uid -> answer, None for a failed or refused read; a pod the
+        sweep did not reach is left out, and `partial` says there are such pods: the job's
+        next sweep, due now, reads every pod again, starting with those). True when an answer
         changed (the job is worth reconciling)."""
         job = self.jobs.get(key)
         if job is None:
@@ -193,11 +214,14 @@ class ReadSchedule:
             old = job.answers.get(uid)
             if not rendezvoused(old) and rendezvoused(data):
                 newly_rendezvoused = True
-            if old is None or _without_time(old) != _without_time(data):
+            if old != data:
                 changed = True
             job.answers[uid] = data
         waiting = job.waiting()
-        if newly_rendezvoused and waiting:
+        if partial:
+            job.full = True
+            job.next_due = now
+        elif newly_rendezvoused and waiting:
             # One pod completed a round: so did (or will, in a moment) every other.
             job.full = True
             job.next_due = now
@@ -227,18 +251,15 @@ class ReadSchedule:
         return interval * min(2.0**worst, 4.0)
 
 
-def _without_time(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k != "time"}
+Read = LiveAnswer | Rejected | None
 
 
-def fetch(
-    ip: str, port: int = contract.STATUS_PORT, timeout: float = READ_TIMEOUT_SECONDS
-) -> dict[str, Any] | None:
+def fetch(ip: str, port: int = contract.STATUS_PORT, timeout: float = READ_TIMEOUT_SECONDS) -> Read:
     """One GET /status, HTTP/1.0 over a plain socket, everything (connect, request, answer)
     within `timeout` and MAX_ANSWER_BYTES: a pod that answers slowly, a byte at a time, or
-    without end cannot hold a reader thread longer. None when the pod does not answer, or
-    answers anything but 200 and a JSON object (the answer is untrusted: the reconciler
-    checks every field)."""
+    without end cannot hold a reader thread longer. None when the pod does not answer in
+    time, or answers anything but 200; the answer checked by podinput otherwise (a
+    LiveAnswer, or Rejected with why)."""
     deadline = time.monotonic() + timeout
     request = f"GET {contract.STATUS_PATH} HTTP/1.0\r\nHost: status\r\n\r\n"
     chunks: list[bytes] = []
@@ -256,42 +277,51 @@ def fetch(
                     break
                 chunks.append(chunk)
                 size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
-                    return None
+                if size > MAX_ANSWER_BYTES + 4096:  # the answer, and room for its head
+                    return Rejected(f"larger than {MAX_ANSWER_BYTES} bytes")
     except OSError:
         return None
     head, sep, body = b"".join(chunks).partition(b"\r\n\r\n")
     status_line = head.split(b"\r\n", 1)[0].split()
     if not sep or len(status_line) < 2 or status_line[1] != b"200":
         return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
+    return podinput.parse_answer(body)
 
 
 class RankMapReader:
     """Reads the launchers of the jobs it is told about (`track`), keeps their latest
-    answers (`live`), and calls `on_change(key)` when a job's answers changed."""
+    validated answers (`live`) and the pods whose answers it refused (`rejected`), and calls
+    `on_change(key)` when a job's answers changed."""
 
     def __init__(
         self,
         on_change: Callable[[Any], None],
         clock: Callable[[], float] = time.time,
-        read: Callable[[str], dict[str, Any] | None] | None = None,
+        read: Callable[[str], object] | None = None,
         schedule: ReadSchedule | None = None,
         parallelism: int = PARALLEL_READS,
+        per_job: int = PER_JOB_READS,
+        sweep_seconds: float = SWEEP_SECONDS,
+        max_bytes: int = MAX_LIVE_BYTES,
     ) -> None:
         self._on_change = on_change
         self._clock = clock
         self._read = read or _default_read()
         self._schedule = schedule or ReadSchedule()
+        self._per_job = per_job
+        self._sweep_seconds = sweep_seconds
+        self._max_bytes = max_bytes
         self._cond = threading.Condition()
         self._stopped = False
         self._reads = ThreadPoolExecutor(parallelism, thread_name_prefix="rankmap-read")
-        self._sweeps = ThreadPoolExecutor(4, thread_name_prefix="rankmap-sweep")
-        self._live: dict[Hashable, dict[str, dict[str, Any]]] = {}
+        # A sweep mostly waits on its reads: one thread per sweep, so that a job's long sweep
+        # never queues another job's.
+        self._sweeps = ThreadPoolExecutor(parallelism, thread_name_prefix="rankmap-sweep")
+        self._live: dict[Hashable, dict[str, tuple[float, LiveAnswer]]] = {}
+        self._rejected: dict[Hashable, dict[str, tuple[float, str]]] = {}
+        self._offset: dict[Hashable, int] = {}  # where the job's next sweep starts
+        self._bytes = 0  # the cost of every kept answer together
+        self._over = False  # whether the memory bound was said
         self.thread = threading.Thread(target=self._run, name="rankmap", daemon=True)
 
     def start(self) -> None:
@@ -313,20 +343,41 @@ class RankMapReader:
             live = self._live.get(key)
             if live is not None:
                 for uid in set(live) - uids:
-                    del live[uid]
+                    self._bytes -= live.pop(uid)[1].cost()
                 if not live:
                     self._live.pop(key, None)
+            rejected = self._rejected.get(key)
+            if rejected is not None:
+                for uid in set(rejected) - uids:
+                    del rejected[uid]
+                if not rejected:
+                    self._rejected.pop(key, None)
             self._cond.notify()
 
     def forget(self, key: Hashable) -> None:
         with self._cond:
             self._schedule.forget(key)
-            self._live.pop(key, None)
+            for _, answer in (self._live.pop(key, None) or {}).values():
+                self._bytes -= answer.cost()
+            self._rejected.pop(key, None)
+            self._offset.pop(key, None)
 
     def live(self, key: Hashable) -> dict[str, dict[str, Any]]:
-        """Per pod uid: {"at": when read (unix seconds), "data": the answer}."""
+        """Per pod uid: {"at": when read (unix seconds), "data": the validated answer (None
+        when none was kept)}, and "rejected": why an answer of the pod was refused, for as
+        long as the pod lives (the reconciler says it once)."""
         with self._cond:
-            return dict(self._live.get(key) or {})
+            out: dict[str, dict[str, Any]] = {
+                uid: {"at": at, "data": answer}
+                for uid, (at, answer) in (self._live.get(key) or {}).items()
+            }
+            for uid, (at, reason) in (self._rejected.get(key) or {}).items():
+                out.setdefault(uid, {"at": at, "data": None})["rejected"] = reason
+            return out
+
+    def kept_bytes(self) -> int:
+        with self._cond:
+            return self._bytes
 
     def _run(self) -> None:
         while True:
@@ -345,29 +396,93 @@ class RankMapReader:
                 except RuntimeError:  # shut down
                     return
 
+    def _read_checked(self, ip: str) -> Read:
+        try:
+            return _checked(self._read(ip))
+        except Exception:  # noqa: BLE001 - a read must never stop the reader
+            log.exception("reading the status at %s failed", ip)
+            return None
+
+    def _read_all(self, key: Hashable, targets: list[Target]) -> dict[str, Read]:
+        """Reads `targets`, at most `per_job` at once, starting none after the sweep's
+        deadline; the pods not reached are left out (and come first next time)."""
+        with self._cond:
+            start = self._offset.get(key, 0) % len(targets) if targets else 0
+        order = targets[start:] + targets[:start]
+        deadline = time.monotonic() + self._sweep_seconds
+        results: dict[str, Read] = {}
+        running: dict[Future[Read], Target] = {}
+        queue = iter(order)
+        while True:
+            while len(running) < self._per_job and (
+                len(results) + len(running) < self._per_job or time.monotonic() < deadline
+            ):  # the first reads start whatever the deadline: every sweep reads something
+                t = next(queue, None)
+                if t is None:
+                    break
+                running[self._reads.submit(self._read_checked, t.ip)] = t
+            if not running:
+                break
+            # With a timeout: a read cancelled by stop() is never run, and never wakes wait().
+            finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            if self._stopped:
+                raise RuntimeError("stopped")
+            for f in finished:
+                results[running.pop(f).uid] = f.result()
+        with self._cond:
+            self._offset[key] = start + len(results)
+        return results
+
     def _sweep(self, key: Hashable, targets: list[Target]) -> None:
         try:
-            answers = list(self._reads.map(lambda t: self._read(t.ip), targets))
+            results = self._read_all(key, targets)
         except RuntimeError:  # shut down
             return
-        except Exception:  # noqa: BLE001 - a read must never stop the reader
-            log.exception("reading the status of %s failed", key)
-            answers = [None] * len(targets)
         now = self._clock()
         with self._cond:
-            results = dict(zip((t.uid for t in targets), answers, strict=True))
-            changed = self._schedule.done(key, results, now)
+            answers = {u: r if isinstance(r, LiveAnswer) else None for u, r in results.items()}
+            partial = len(results) < len(targets)
+            changed = self._schedule.done(key, answers, now, partial)
             if key in self._schedule.jobs:
-                live = self._live.setdefault(key, {})
-                for t, data in zip(targets, answers, strict=True):
-                    if data is not None:
-                        live[t.uid] = {"at": now, "data": data}
+                for uid, r in results.items():
+                    if isinstance(r, LiveAnswer):
+                        self._keep(key, uid, now, r)
+                    elif isinstance(r, Rejected) and uid not in self._rejected.get(key, {}):
+                        # The first refusal of the pod is what is said; later ones are not.
+                        self._rejected.setdefault(key, {})[uid] = (now, r.reason)
+                        changed = True
             self._cond.notify()
         if changed:
             self._on_change(key)
 
+    def _keep(self, key: Hashable, uid: str, at: float, answer: LiveAnswer) -> None:
+        """Keeps an answer, within the bound on all kept answers together (lock held)."""
+        live = self._live.setdefault(key, {})
+        old = live.get(uid)
+        grow = answer.cost() - (old[1].cost() if old else 0)
+        if self._bytes + grow > self._max_bytes:
+            if not self._over:
+                log.warning(
+                    "live status answers take more than %d bytes: newer answers are not kept",
+                    self._max_bytes,
+                )
+                self._over = True
+            if not live:
+                self._live.pop(key, None)
+            return
+        live[uid] = (at, answer)
+        self._bytes += grow
 
-def _default_read() -> Callable[[str], dict[str, Any] | None]:
+
+def _checked(read: object) -> Read:
+    """A read function's result as the reader keeps it: fetch's own, or a decoded answer
+    (tests, benchmarks) checked here."""
+    if read is None or isinstance(read, LiveAnswer | Rejected):
+        return read
+    return podinput.live_answer(read)
+
+
+def _default_read() -> Callable[[str], Read]:
     override = os.environ.get(ENV_ADDRESS_OVERRIDE)
     if override:
         host, _, port = override.rpartition(":")

@@ -20,6 +20,12 @@ MIN_MESSAGE = 32
 ENTRY_BOUND = 1024
 # Per-rank fields dropped, in this order, when shortening messages is not enough.
 OPTIONAL_FIELDS = ("message", "startedAt", "finishedAt", "node")
+# Per-rank strings that can come from a pod (a report's state, a launcher's global ranks) are
+# held to these lengths on every status, so that ENTRY_BOUND holds whatever pods say. A
+# node's global ranks are a few ranges ("8-15"); a longer list is dropped, not cut (a cut
+# list would name the wrong ranks).
+MAX_REASON = 128
+MAX_GLOBAL_RANKS = 256
 
 
 def size(status: dict[str, Any]) -> int:
@@ -29,6 +35,13 @@ def size(status: dict[str, Any]) -> int:
 def bound(status: dict[str, Any], budget: int = STATUS_BUDGET_BYTES) -> dict[str, Any]:
     """`status` itself, trimmed in place until its JSON fits `budget` bytes."""
     ranks = status.get("ranks") or []
+    for r in ranks:
+        reason = r.get("reason")
+        if isinstance(reason, str) and len(reason) > MAX_REASON:
+            r["reason"] = reason[: MAX_REASON - 3] + "..."
+        held = r.get("globalRanks")
+        if isinstance(held, str) and len(held) > MAX_GLOBAL_RANKS:
+            r.pop("globalRanks")
     if len(ranks) * ENTRY_BOUND * 2 < budget:
         return status  # small jobs: nothing to measure (messages are capped per rank)
     over = size(status) - budget

@@ -42,6 +42,7 @@ from .finish import after_finish, finish
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
 from .plan import Event, PhaseChanged, Plan
 from .queueing import admitted, queue, record_admission
+from .refused import say_refused
 from .rootcause import lost_candidate, pod_candidates
 
 # The reconciler's timing constants are read from here (tests/unit/reconcile).
@@ -133,6 +134,7 @@ def reconcile(
                 _observe(ctx)
         gang.record(ctx.status, spec, ctx.name)
         _report_blocked(ctx)
+    say_refused(ctx, live)
     return ctx.plan()
 
 

@@ -3,17 +3,18 @@ its launcher's status endpoint said while it ran (the live rank map and progress
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from ..api import names
 from ..api.ranks import format_ranks
 from ..api.status_names import RankPhase, Reason
 from ..api.timefmt import fmt, restamp
 from ..launcher import launcher as contract
+from . import podinput
+from .podinput import LiveAnswer, Rejected
 
 TERMINAL = ("Succeeded", "Failed")  # pod phases
 MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
@@ -51,17 +52,10 @@ def truncate(text: str | None, limit: int = MAX_MESSAGE) -> str | None:
 
 
 def parse_report(message: object) -> contract.Summary | None:
-    """The launcher's termination-message JSON, or None if missing or garbled. Only its
-    `state` is checked here: its readers check each other field they use."""
-    if not isinstance(message, str) or not message.strip():
-        return None
-    try:
-        data = json.loads(message)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("state"), str):
-        return None
-    return cast(contract.Summary, data)
+    """The launcher's termination message, checked and bounded (reconcile/podinput.py), or
+    None if missing, garbled or refused."""
+    report = podinput.parse_report(message)
+    return None if isinstance(report, Rejected) else report
 
 
 def _int(value: object) -> int | None:
@@ -98,6 +92,8 @@ class PodView:
     ready_since: object = None  # lastTransitionTime of the Ready condition
     uid: str | None = None
     ip: str | None = None
+    # Why the pod's termination message was refused (reconcile/podinput.py), if it was.
+    report_rejected: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -140,6 +136,7 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
     if reason is None and unscheduled.get("status") == "False":
         reason, message = unscheduled.get("reason"), unscheduled.get("message")
     index = labels.get(names.LABEL_INDEX, labels.get(names.LABEL_NODE_RANK))
+    report = podinput.parse_report(term.get("message"))
     return PodView(
         name=meta.get("name", ""),
         node_index=_int(index),
@@ -155,21 +152,22 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
         exit_code=_int(term.get("exitCode")) if term else None,
         started_at=running.get("startedAt") or term.get("startedAt"),
         finished_at=term.get("finishedAt"),
-        report=parse_report(term.get("message")),
+        report=None if isinstance(report, Rejected) else report,
         disruption=disruption.get("reason") if disruption.get("status") == "True" else None,
         ready_since=(conditions.get("Ready") or {}).get("lastTransitionTime"),
         uid=meta.get("uid"),
         ip=status.get("podIP"),
+        report_rejected=report.reason if isinstance(report, Rejected) else None,
     )
 
 
 # ---- the launcher's status endpoint (docs/pod-contract.md) -----------------------------------
 
-MAX_LOCATION = 256  # a stack frame, "file:line in function"
-
 
 def _nonneg_int(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    """A non-negative count from the status written before (the operator's own, but an
+    older operator may have copied a pod's number into it unchecked)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= podinput.MAX_COUNT:
         return value
     return None
 
@@ -180,20 +178,13 @@ def _number(value: object) -> float | None:
     return None
 
 
-@dataclass(frozen=True)
-class StackSummary:
-    """One worker's stacks, dumped when its pod stalled: where it is, and whether that is
-    inside a collective (torch.distributed) or not."""
-
-    rank: int
-    in_collective: bool
-    location: str | None
+StackSummary = podinput.Stack
 
 
 @dataclass(frozen=True)
 class Live:
-    """What a running pod's launcher answered on GET /status, read at `at` (operator clock).
-    Everything untrusted is checked here: a pod's answer can only ever describe that pod."""
+    """What a running pod's launcher answered on GET /status, read at `at` (operator clock),
+    as bound to the pod by parse_live: an answer can only ever describe that pod."""
 
     at: float
     state: str | None = None
@@ -212,64 +203,42 @@ class Live:
 
 
 def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | None:
-    """A reader's result ({"at": <operator clock>, "data": <the endpoint's JSON>}) as Live, or
-    None when it is garbled or from another pod or attempt (an IP reused by another pod)."""
+    """A reader's result ({"at": <operator clock>, "data": the answer, validated by
+    podinput (a LiveAnswer) or still to be (a decoded JSON object)}) as Live, or None when it
+    was refused or is from another pod or attempt (an IP reused by another pod)."""
     if not isinstance(read, Mapping):
         return None
     at, data = _number(read.get("at")), read.get("data")
-    if at is None or not isinstance(data, Mapping) or data.get("v") != contract.LIVE_VERSION:
+    answer = data if isinstance(data, LiveAnswer | Rejected) else podinput.live_answer(data)
+    if at is None or isinstance(answer, Rejected):
         return None
-    if rdzv_id is not None and data.get("rdzvId") not in (None, rdzv_id):
+    if rdzv_id is not None and answer.rdzv_id != rdzv_id:
         return None
-    if index is not None and data.get("index") not in (None, index):
+    if index is not None and answer.index != index:
         return None
-    ranks = data.get("ranks")
-    progress = data.get("progress")
-    progress = progress if isinstance(progress, Mapping) else {}
-    stall = data.get("stall")
-    stall = stall if isinstance(stall, Mapping) else {}
-    raw_stacks = stall.get("stacks")
-    stacks = []
-    for s in raw_stacks if isinstance(raw_stacks, list) else []:
-        if isinstance(s, Mapping) and _nonneg_int(s.get("rank")) is not None:
-            where = s.get("at")
-            stacks.append(
-                StackSummary(
-                    int(s["rank"]),
-                    bool(s.get("inCollective")),
-                    truncate(str(where), MAX_LOCATION) if where else None,
-                )
-            )
-    state = data.get("state")
+    # A pod may only speak for its own workers' stacks.
+    own = set(answer.ranks)
     return Live(
         at=at,
-        state=state if isinstance(state, str) else None,
-        group_rank=_nonneg_int(data.get("groupRank")),
-        ranks=sorted({r for r in ranks if _nonneg_int(r) is not None})
-        if isinstance(ranks, list)
-        else [],
-        round=_nonneg_int(data.get("round")),
-        restarts=_nonneg_int(data.get("restarts")),
-        step=_nonneg_int(progress.get("step")),
-        total=_nonneg_int(progress.get("total")),
-        steps_per_second=_rate(progress.get("stepsPerSecond")),
-        step_seconds=_rate(progress.get("stepSeconds")),
-        last_step_at=_unix_time(progress.get("lastStepAt")),
-        window_full=progress.get("windowFull") is True,
-        stall_at=_unix_time(stall.get("at")),
-        stacks=stacks,
+        state=answer.state,
+        group_rank=answer.group_rank,
+        ranks=list(answer.ranks),
+        round=answer.round,
+        restarts=answer.restarts,
+        step=answer.step,
+        total=answer.total,
+        steps_per_second=answer.steps_per_second,
+        step_seconds=answer.step_seconds,
+        last_step_at=answer.last_step_at,
+        window_full=answer.window_full,
+        stall_at=answer.stall_at,
+        stacks=[s for s in answer.stacks if s.rank in own],
     )
 
 
 def _rate(value: object) -> float | None:
     t = _number(value)
     return t if t is not None and t >= 0 else None
-
-
-def _unix_time(value: object) -> float | None:
-    """Unix seconds from a pod's clock, if plausible (1970 to 2100): it is formatted later."""
-    t = _number(value)
-    return t if t is not None and 0 < t < 4102444800 else None
 
 
 def _sig3(value: float) -> float:

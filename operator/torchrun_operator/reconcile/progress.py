@@ -7,6 +7,7 @@ a launcher's averaging window is full) comes in as `observe.Live`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,14 +15,19 @@ from typing import Any
 
 from ..api.timefmt import fmt, seconds
 from .observe import Live
+from .podinput import MAX_COUNT
 
 
 def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+    """A step or total in its documented range (podinput.MAX_COUNT): the entries and the
+    status written before may hold numbers an older operator took from a pod unchecked."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    return None
 
 
 def _float(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
@@ -36,9 +42,9 @@ def job_progress(
     reporting = [e for e in entries if _int(e.get("step")) is not None]
     if not reporting:
         return None
-    slowest = min(reporting, key=lambda e: (e["step"], e.get("index", 0)))
+    slowest = min(reporting, key=lambda e: (int(e["step"]), e.get("index", 0)))
     step = int(slowest["step"])
-    totals = [lv.total for lv in live.values() if lv.total is not None]
+    totals = [t for lv in live.values() if (t := _int(lv.total)) is not None]
     total = max(totals) if totals else _int((before or {}).get("totalSteps"))
     rates = [r for e in reporting if (r := _float(e.get("stepsPerSecond"))) is not None and r > 0]
     rate = statistics.median(rates) if rates else None

@@ -8,6 +8,7 @@ recorded exception wins over a signal, a communication error or a bare exit code
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -45,10 +46,13 @@ class Candidate:
     message: str | None = None
     node_rank: int | None = None  # torchrun's node rank of the pod, when known
     location: str | None = None  # a hang: where the rank outside any collective is
+    stderr: str | None = None  # the last lines of the worker's stderr, when the launcher sent them
 
 
 def _float(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    """A failure's time, if finite (podinput checked it; a NaN would make the earliest
+    failure undefined and the status unwritable)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
@@ -132,6 +136,7 @@ def pod_candidates(
                 exit_code=_int_or_none(f.get("exitCode")),
                 message=truncate(str(f["error"])) if f.get("error") else None,
                 node_rank=group_rank,
+                stderr=f.get("stderr") if isinstance(f.get("stderr"), str) else None,
             )
         )
     if out:

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from torchrun_operator.kube import rankmap
 from torchrun_operator.kube.rankmap import RankMapReader, ReadSchedule, Target, targets_of
+from torchrun_operator.reconcile import podinput
+from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
 
 def pod(name: str, index: int, attempt: int = 0, ready: bool = False, **status: Any) -> dict:
@@ -48,7 +50,8 @@ def test_targets_are_the_running_pods_of_the_attempt_that_have_an_ip() -> None:
 
 
 T = [Target(f"u{i}", f"p{i}", f"10.0.0.{i}", False) for i in range(3)]
-DONE = {"groupRank": 0, "state": "Training"}
+DONE = LiveAnswer("r", 0, state="Training", group_rank=0)
+WAITING = LiveAnswer("r", 0, state="Rendezvous")
 
 
 def sweep(s: ReadSchedule, now: float) -> list[str]:
@@ -61,11 +64,11 @@ def test_a_new_job_is_read_whole_then_one_waiting_pod_a_second() -> None:
     s.update("j", T, now=0)
     assert sweep(s, 0) == ["u0", "u1", "u2"]
     assert sweep(s, 0) == []  # in flight
-    s.done("j", {"u0": {"state": "Rendezvous"}, "u1": None, "u2": None}, now=0.1)
+    s.done("j", {"u0": WAITING, "u1": None, "u2": None}, now=0.1)
     assert s.next_wakeup() == pytest.approx(1.1)
     assert sweep(s, 1.0) == []
     assert sweep(s, 1.1) == ["u0"]  # the sentinel
-    s.done("j", {"u0": {"state": "Rendezvous"}}, now=1.2)
+    s.done("j", {"u0": WAITING}, now=1.2)
     assert sweep(s, 2.2) == ["u1"]  # the waiting pods take turns
 
 
@@ -132,7 +135,7 @@ def test_pods_that_go_away_are_forgotten_and_an_empty_job_is_dropped() -> None:
 
 
 def test_reader_reads_keeps_answers_and_reports_changes() -> None:
-    answers = {"10.0.0.2": {"v": 1, "groupRank": 1, "state": "Training", "time": 1.0}}
+    answers = {"10.0.0.2": {"v": 1, "rdzvId": "r", "index": 0, "groupRank": 1, "state": "Training"}}
     changed: list[Any] = []
     clock = [100.0]
     reader = RankMapReader(changed.append, clock=lambda: clock[0], read=answers.get)
@@ -144,7 +147,8 @@ def test_reader_reads_keeps_answers_and_reports_changes() -> None:
             time.sleep(0.01)
         assert changed == [("ns", "j")]
         live = reader.live(("ns", "j"))
-        assert live == {"u-j-0": {"at": 100.0, "data": answers["10.0.0.2"]}}
+        kept = LiveAnswer("r", 0, state="Training", group_rank=1)
+        assert live == {"u-j-0": {"at": 100.0, "data": kept}}
         reader.track(("ns", "j"), [], attempt=0)
         assert reader.live(("ns", "j")) == {}
     finally:
@@ -176,14 +180,14 @@ def server() -> Iterator[http.server.HTTPServer]:
 
 def test_fetch_reads_a_json_object_and_nothing_else(server: http.server.HTTPServer) -> None:
     port = server.server_address[1]
-    _Handler.body = json.dumps({"v": 1, "groupRank": 0}).encode()
-    assert rankmap.fetch("127.0.0.1", port) == {"v": 1, "groupRank": 0}
+    _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0, "groupRank": 0}).encode()
+    assert rankmap.fetch("127.0.0.1", port) == LiveAnswer("r", 0, group_rank=0)
     _Handler.body = b"[1, 2]"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert rankmap.fetch("127.0.0.1", port) == Rejected("not a JSON object")
     _Handler.body = b"{" + b" " * (rankmap.MAX_ANSWER_BYTES + 10) + b"}"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert isinstance(rankmap.fetch("127.0.0.1", port), Rejected)
     _Handler.body = b"not json"
-    assert rankmap.fetch("127.0.0.1", port) is None
+    assert rankmap.fetch("127.0.0.1", port) == Rejected("not JSON")
     server.shutdown()
     server.server_close()
     started = time.monotonic()
@@ -218,3 +222,151 @@ def test_a_pod_that_answers_a_byte_at_a_time_cannot_hold_a_reader() -> None:
     finally:
         stop.set()
         srv.close()
+
+
+# ---- hostile pods (issue 24 §2) ----------------------------------------------------------
+
+
+def _bound(index: int = 0, **fields: Any) -> dict[str, Any]:
+    return {"v": 1, "rdzvId": "r", "index": index, **fields}
+
+
+def _wait(what: str, check: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_read_that_raises_recursion_error_does_not_stop_the_jobs_reads() -> None:
+    # RecursionError is a RuntimeError, which the sweep once took for "shut down": the job's
+    # reads then stopped for the rest of the attempt.
+    calls: dict[str, int] = {}
+
+    def read(ip: str) -> object:
+        calls[ip] = calls.get(ip, 0) + 1
+        if ip == "10.0.0.2":
+            raise RecursionError("maximum recursion depth exceeded")
+        return _bound(1, state="Training", groupRank=0)
+
+    changed: list[Any] = []
+    reader = RankMapReader(changed.append, read=read, schedule=ReadSchedule(steady=0.01))
+    reader.start()
+    try:
+        reader.track("j", [pod("j-0", 0, ready=True), pod("j-1", 1, ready=True)], attempt=0)
+        _wait("the job read again", lambda: calls.get("10.0.0.3", 0) >= 3)
+        assert set(reader.live("j")) == {"u-j-1"}
+    finally:
+        reader.stop()
+
+
+def test_a_refused_answer_is_kept_as_its_reason_said_once_and_forgotten_with_the_pod() -> None:
+    deep = b"[" * 5000 + b"]" * 5000
+    changed: list[Any] = []
+    reader = RankMapReader(
+        changed.append,
+        read=lambda ip: podinput.parse_answer(deep),
+        schedule=ReadSchedule(steady=0.01),
+    )
+    reader.start()
+    try:
+        reader.track("j", [pod("j-0", 0, ready=True)], attempt=0)
+        _wait("the refusal", lambda: "u-j-0" in reader.live("j"))
+        read = reader.live("j")["u-j-0"]
+        assert read["data"] is None and "nested deeper" in read["rejected"]
+        _wait("more sweeps", lambda: reader._schedule.jobs["j"].failures.get("u-j-0", 0) >= 3)
+        assert changed == ["j"]  # the same refusal again is no change
+        reader.track("j", [], attempt=0)
+        assert reader.live("j") == {}
+    finally:
+        reader.stop()
+
+
+def test_all_kept_answers_stay_within_the_memory_bound() -> None:
+    # 150 pods each answering 64 KiB of {}: what is kept is small, and never past the bound.
+    filler = b",".join([b"{}"] * 20000)
+    pods = [pod(f"j-{i}", i, ready=True) for i in range(150)]
+    for i, p in enumerate(pods):
+        p["status"]["podIP"] = f"10.1.0.{i}"
+    index = {p["status"]["podIP"]: i for i, p in enumerate(pods)}
+    reads: list[str] = []
+
+    def read(ip: str) -> object:
+        head = json.dumps(_bound(index[ip], state="Training", groupRank=index[ip]))[:-1]
+        answer = podinput.parse_answer(head.encode() + b',"x":[' + filler + b"]}")
+        reads.append(ip)
+        return answer
+
+    bound = 100 * LiveAnswer("r", 0, state="Training", group_rank=0).cost()
+    reader = RankMapReader(lambda _: None, read=read, max_bytes=bound, sweep_seconds=60)
+    reader.start()
+    try:
+        reader.track("j", pods, attempt=0)
+        _wait("every pod read", lambda: len(reads) >= len(pods), timeout=60)
+        _wait("the sweep's end", lambda: not reader._schedule.jobs["j"].in_flight)
+        kept = reader.live("j")
+        assert 0 < len(kept) <= 100 and reader.kept_bytes() <= bound
+        assert all(isinstance(r["data"], LiveAnswer) for r in kept.values())
+    finally:
+        reader.stop()
+
+
+def test_a_job_of_unreachable_pods_does_not_starve_another_job() -> None:
+    # Job "big": 200 pods that never answer (SYNs dropped) until the test ends. Job "small":
+    # one pod. Before, big's 200 reads filled the shared FIFO pool and small waited minutes.
+    release = threading.Event()
+    in_flight: list[int] = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def read(ip: str) -> object:
+        if ip.startswith("10.9."):
+            with lock:
+                in_flight[0] += 1
+                in_flight[1] = max(in_flight)
+            release.wait(30)
+            with lock:
+                in_flight[0] -= 1
+            return None
+        return _bound(0, state="Training", groupRank=0)
+
+    big = [pod(f"b-{i}", i, ready=True) for i in range(200)]
+    for i, p in enumerate(big):
+        p["status"]["podIP"] = f"10.9.{i // 200}.{i % 200}"
+        p["metadata"]["uid"] = f"u-b-{i}"
+    reader = RankMapReader(lambda _: None, read=read, sweep_seconds=0.5)
+    reader.start()
+    try:
+        reader.track("big", big, attempt=0)
+        _wait("big's reads to start", lambda: in_flight[0] > 0)
+        reader.track("small", [pod("s-0", 0, ready=True)], attempt=0)
+        _wait("small's answer", lambda: "u-s-0" in reader.live("small"))
+        assert in_flight[1] <= rankmap.PER_JOB_READS
+    finally:
+        release.set()
+        reader.stop()
+
+
+def test_a_sweep_that_runs_out_of_time_starts_where_it_stopped_next_time() -> None:
+    order: list[str] = []
+
+    def read(ip: str) -> object:
+        order.append(ip)
+        return _bound(0, state="Training", groupRank=0)
+
+    reader = RankMapReader(
+        lambda _: None,
+        read=read,
+        per_job=1,
+        sweep_seconds=0.0,
+        schedule=ReadSchedule(steady=60),
+    )
+    pods = [pod(f"j-{i}", i, ready=True) for i in range(3)]
+    reader.start()
+    try:
+        reader.track("j", pods, attempt=0)
+        _wait("three sweeps", lambda: len(order) >= 3)
+        # Each sweep read one pod (its deadline passed), each a different one, and the next
+        # sweep came at once (not after the steady interval of a minute).
+        assert sorted(order[:3]) == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
+    finally:
+        reader.stop()

@@ -105,15 +105,67 @@ def test_answers_from_another_pod_or_attempt_are_ignored(bad: dict[str, Any]) ->
     assert "nodeRank" not in ranks[0]
 
 
-def test_garbled_answers_are_ignored_field_by_field() -> None:
+@pytest.mark.parametrize(
+    "garbled",
+    [
+        {"groupRank": "two"},
+        {"ranks": [1, "x", -3, True]},
+        {"round": -1},
+        {"progress": {"step": "many"}},
+        {"progress": {"step": 18446744073709551615}},  # a common "unknown" sentinel
+    ],
+)
+def test_a_garbled_answer_is_refused_whole(garbled: dict[str, Any]) -> None:
+    # One field out of its documented range: the answer says nothing about the pod.
     job, pods = running_job()
     a = answer(0, 2, [4, 5])
-    a["data"].update(groupRank="two", ranks=[1, "x", -3, True], round=-1, progress={"step": "many"})
+    a["data"].update(garbled)
     entry = reconcile(job, pods, at(5), live=live_for(pods, {0: a})).status["ranks"][0]
-    assert entry["globalRanks"] == "1" and "nodeRank" not in entry and "round" not in entry
-    assert "step" not in entry
+    assert "nodeRank" not in entry and "globalRanks" not in entry and "step" not in entry
     plan = reconcile(job, pods, at(5), live={pods[0]["metadata"]["uid"]: "not a dict"})
     assert "nodeRank" not in plan.status["ranks"][0]
+
+
+@pytest.mark.parametrize("missing", ["rdzvId", "index"])
+def test_an_answer_that_does_not_say_whose_it_is_is_ignored(missing: str) -> None:
+    job, pods = running_job()
+    a = answer(0, 2, [4, 5])
+    del a["data"][missing]
+    entry = reconcile(job, pods, at(5), live=live_for(pods, {0: a})).status["ranks"][0]
+    assert "nodeRank" not in entry and "globalRanks" not in entry
+
+
+def test_a_pod_cannot_name_another_pods_rank_as_the_hang() -> None:
+    # Pod 0 (ranks 0, 1) dumps a stack for rank 3, pod 1's: it is not believed.
+    spec = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}}
+    job, pods = running_job(nodes=2, **spec)
+    plan, job, pods = step(job, pods, 5)
+    quiet = []
+    for p in pods:
+        p = copy.deepcopy(p)
+        p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
+        quiet.append(p)
+    stall_at = at(99).timestamp()
+    inside = {"inCollective": True, "at": "/w/t.py:30 in main"}
+    answers = {
+        0: answer(
+            0,
+            0,
+            [0, 1],
+            stall={
+                "at": stall_at,
+                "stacks": [
+                    {"rank": 0, **inside},
+                    {"rank": 3, "inCollective": False, "at": "/w/t.py:22 in lie"},
+                ],
+            },
+        ),
+        1: answer(1, 1, [2, 3], stall={"at": stall_at, "stacks": [{"rank": 3, **inside}]}),
+    }
+    plan = reconcile(job, quiet, at(111), live=live_for(quiet, answers))
+    failure = plan.status["failure"]
+    assert failure["reason"] == "ProgressStalled"
+    assert "lie" not in failure.get("location", "") and "lie" not in failure["message"]
 
 
 def test_the_status_remembers_the_map_when_no_answer_comes_for_the_same_pod() -> None:
