@@ -15,10 +15,14 @@ two-pod layout EMULATES separate pods on one host: ``NCCL_P2P_DISABLE=1 NCCL_SHM
 one GPU visible per process, so NCCL talks over the network stack as separate pods without
 shared memory or P2P would; it is not a real two-pod deployment (no veth, no CNI).
 
-Two workloads (``--workload``): ``step`` (gpu_ddp_step.py: DDP step time of a 100M-parameter
-MLP on synthetic tensors, all-reduce bandwidth, startup) and ``data`` (gpu_ddp_data.py: epoch
+Three workloads (``--workload``): ``step`` (gpu_ddp_step.py: DDP step time of a 100M-parameter
+MLP on synthetic tensors, all-reduce bandwidth, startup), ``data`` (gpu_ddp_data.py: epoch
 time of a small CNN fed by a CPU-heavy torchvision pipeline with no loader workers, and what
-each worker process sees of its CPU: threads, affinity, environment).
+each worker process sees of its CPU: threads, affinity, environment) and ``mnist``
+(gpu_ddp_mnist.py: the MNIST tutorials' shape, FakeData 1x28x28 + ToTensor, no loader workers,
+pin_memory: the time is Python in each worker's main thread). Diagnostic layouts
+(``DIAGNOSTIC_LAYOUTS``) change one thing each against bare or one-pod; ``--pyspy`` samples the
+ranks and the agent of the mnist workload with py-spy (bench/pyspy_summary.py reads them).
 
 Figures are ratios or differences against the bare run of the same call (bench/README.md).
 
@@ -515,10 +519,10 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
         result["facts"] = sorted(facts, key=lambda f: int(f["rank"]))
     if cpus:  # per rank: {CPU: batches loaded there}
         result["cpus_seen"] = [c["cpus_seen"] for c in sorted(cpus, key=lambda c: c["rank"])]
-    if threads:  # per rank: {thread name: CPU seconds over the timed epochs}
-        result["threads_cpu"] = [
-            t["threads_cpu"] for t in sorted(threads, key=lambda t: int(t["rank"]))
-        ]
+    if threads:  # per rank: {thread name: CPU seconds over the timed epochs}, its agent's too
+        by_rank = sorted(threads, key=lambda t: int(t["rank"]))
+        result["threads_cpu"] = [t["threads_cpu"] for t in by_rank]
+        result["agent_threads_cpu"] = [t.get("agent_threads_cpu") for t in by_rank]
     result["processes"] = [
         {
             "name": p.name,
@@ -883,7 +887,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=sorted(WORKLOADS),
         default="step",
         help="step: gpu_ddp_step.py (step time, bandwidth); data: gpu_ddp_data.py "
-        "(data-loading-bound epoch time, worker thread facts)",
+        "(data-loading-bound epoch time, worker thread facts); mnist: gpu_ddp_mnist.py "
+        "(the MNIST tutorials' loader-bound shape: Python in the main thread)",
     )
     p.add_argument("script_args", nargs="*", help="after --: passed to the workload's script")
     return p.parse_args(argv)

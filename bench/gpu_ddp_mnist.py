@@ -88,9 +88,11 @@ class Net(nn.Module):
 
 
 class SyntheticMnist(Dataset[tuple[torch.Tensor, int]]):
-    """FakeData(image_size=(1, 28, 28)) + ToTensor in torch ops (no torchvision, no PIL): a
-    seeded random image per index, quantised to 8 bits and scaled to [0, 1] as ToTensor does.
-    For the CPU smoke test only."""
+    """FakeData(image_size=(1, 28, 28)) + ToTensor in torch ops (no torchvision, no PIL): as
+    FakeData does, each sample seeds torch's global generator with its index (which goes
+    through ``torch.cuda.manual_seed_all`` too) and restores it after; the image is quantised
+    to 8 bits and scaled to [0, 1] as ToPILImage + ToTensor do. For the CPU smoke test and
+    bench/shim_cost.py only."""
 
     def __init__(self, size: int) -> None:
         self.size = size
@@ -99,10 +101,13 @@ class SyntheticMnist(Dataset[tuple[torch.Tensor, int]]):
         return self.size
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        g = torch.Generator().manual_seed(index)
-        img = torch.randn(1, 28, 28, generator=g)
+        state = torch.get_rng_state()
+        torch.manual_seed(index)
+        img = torch.randn(1, 28, 28)
+        target = int(torch.randint(0, 10, (1,)))
+        torch.set_rng_state(state)
         pixels = (img * 64 + 128).clamp(0, 255).to(torch.uint8)
-        return pixels.float().div(255), int(torch.randint(0, 10, (1,), generator=g))
+        return pixels.float().div(255), target
 
 
 def dataset(args: argparse.Namespace) -> tuple[Dataset[Any], str]:
