@@ -44,10 +44,17 @@ from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, DistributedSampler  # noqa: E402
 
-# The facts line and the helpers that read /proc: one place, the data workload's script (this
-# script's directory is first on sys.path in every layout, as for `python script.py`).
+# The facts line and the helpers that read /proc: one place, the data workload's script, beside
+# this one (its directory is first on sys.path in every layout, as under `python script.py`;
+# inserted again for a caller that imports this file).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_ddp_data import _cpu_ticks, emit, parent_cpu_s, pin_rank, process_facts  # noqa: E402
+from gpu_ddp_data import (  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
+    _cpu_ticks,
+    emit,
+    parent_cpu_s,
+    pin_rank,
+    process_facts,
+)
 
 
 def parse_args() -> argparse.Namespace:
