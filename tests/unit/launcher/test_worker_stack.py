@@ -118,3 +118,25 @@ def test_a_missing_script_is_recorded(tmp_path: Path) -> None:
     assert res.returncode == 1
     record = json.loads((tmp_path / "error.json").read_text())["message"]
     assert record["message"].startswith("FileNotFoundError")
+
+
+def test_a_module_runs_as_main_from_the_working_directory(tmp_path: Path) -> None:
+    """``python -m mod`` (run through runpy beneath the entry's frame): the module is
+    ``__main__``, found from the working directory, with its file as argv[0]; its exception is
+    recorded like a script's."""
+    (tmp_path / "trainmod.py").write_text(
+        "import sys\n"
+        "print(__name__, sys.argv)\n"
+        "if sys.argv[1:] == ['raise']:\n"
+        "    raise ValueError('bad module')\n"
+    )
+    cmd = [sys.executable, *L.worker_entry_args(["python", "-m", "trainmod", "ok"])]
+    env = _env(tmp_path)
+    res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == f"__main__ [{str(tmp_path / 'trainmod.py')!r}, 'ok']"
+    cmd = [sys.executable, *L.worker_entry_args(["python", "-m", "trainmod", "raise"])]
+    res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1
+    record = json.loads((tmp_path / "error.json").read_text())["message"]
+    assert record["message"] == "ValueError: bad module"
