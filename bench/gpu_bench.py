@@ -707,7 +707,8 @@ def _fact(facts: list[dict[str, Any]], key: str) -> str:
     for f in facts:
         v = f.get(key)
         if key == "orig_argv" and isinstance(v, list):
-            v = " ".join(os.path.basename(a) for a in v[:6])
+            # A `-c` program (the launcher's worker entry) is shown as <code>: one table cell.
+            v = " ".join("<code>" if "\n" in a else os.path.basename(a) for a in v[:6])
         elif isinstance(v, list):
             v = ", ".join(f"{n} x{v.count(n)}" if v.count(n) > 1 else n for n in sorted(set(v)))
         vals.append("-" if v is None else str(v))
