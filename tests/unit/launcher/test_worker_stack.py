@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,37 @@ def test_a_module_runs_as_main_from_the_working_directory(tmp_path: Path) -> Non
     assert res.returncode == 1
     record = json.loads((tmp_path / "error.json").read_text())["message"]
     assert record["message"] == "ValueError: bad module"
+
+
+def test_a_stalled_workers_stacks_still_name_the_scripts_line(tmp_path: Path) -> None:
+    """The stack dump (SIGUSR1, registered by the shim before the script runs) of a worker
+    started through the entry: the launcher's summary names the script's line the main thread
+    is stuck on, and the dump does not stop the worker."""
+    sdir = tmp_path / "state"
+    started = tmp_path / "started"
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import time\n"
+        "def stuck_in_io():\n"
+        f"    open({str(started)!r}, 'w').close()\n"
+        "    time.sleep(60)  # the line the dump names\n"
+        "stuck_in_io()\n"
+    )
+    env = {**_env(tmp_path), "RANK": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, *L.worker_entry_args(["python", str(script)])],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists()
+        (summary,) = L.dump_worker_stacks(str(sdir), wait=5)
+        assert summary["rank"] == 2 and summary["inCollective"] is False
+        assert summary["at"] == f"{script}:4 in stuck_in_io"
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
