@@ -15,10 +15,14 @@ two-pod layout EMULATES separate pods on one host: ``NCCL_P2P_DISABLE=1 NCCL_SHM
 one GPU visible per process, so NCCL talks over the network stack as separate pods without
 shared memory or P2P would; it is not a real two-pod deployment (no veth, no CNI).
 
-Two workloads (``--workload``): ``step`` (gpu_ddp_step.py: DDP step time of a 100M-parameter
-MLP on synthetic tensors, all-reduce bandwidth, startup) and ``data`` (gpu_ddp_data.py: epoch
+Three workloads (``--workload``): ``step`` (gpu_ddp_step.py: DDP step time of a 100M-parameter
+MLP on synthetic tensors, all-reduce bandwidth, startup), ``data`` (gpu_ddp_data.py: epoch
 time of a small CNN fed by a CPU-heavy torchvision pipeline with no loader workers, and what
-each worker process sees of its CPU: threads, affinity, environment).
+each worker process sees of its CPU: threads, affinity, environment) and ``mnist``
+(gpu_ddp_mnist.py: the MNIST tutorials' shape, FakeData 1x28x28 + ToTensor, no loader workers,
+pin_memory: the time is Python in each worker's main thread). Diagnostic layouts
+(``DIAGNOSTIC_LAYOUTS``) change one thing each against bare or one-pod; ``--pyspy`` samples the
+ranks and the agent of the mnist workload with py-spy (bench/pyspy_summary.py reads them).
 
 Figures are ratios or differences against the bare run of the same call (bench/README.md).
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import math
 import os
@@ -71,12 +76,35 @@ JOB_NAME = "ddp-bench"
 JOB_UID = "00000000-0000-4000-8000-00000000bench"
 
 LAYOUTS = ("bare", "one-pod", "two-pods")
+# Diagnostic layouts, each the bare or one-pod layout with one thing changed, to find what a
+# difference between those two comes from (``--layouts``; bench/README.md):
+# * bare-shim: bare torchrun running the launcher's worker shim (``launcher.py --worker python
+#   script``) instead of the script: the shim alone, without the launcher's agent or env;
+# * one-pod-agent-store: the one-pod layout without TORCH_DISABLE_SHARE_RDZV_TCP_STORE, so the
+#   workers use the agent's store, as under bare torchrun, instead of rank 0 hosting one;
+# * one-pod-base: the one-pod layout with the launcher file given by --base-launcher (another
+#   version of launcher.py, e.g. before a change), interleaved with the current one;
+# * bare-net: bare torchrun with the two-pod layout's NCCL transport (NCCL_P2P_DISABLE=1
+#   NCCL_SHM_DISABLE=1): what the transport alone costs, to hold two-pods against.
+DIAGNOSTIC_LAYOUTS = ("bare-shim", "one-pod-agent-store", "one-pod-base", "bare-net")
+ALL_LAYOUTS = (*LAYOUTS, *DIAGNOSTIC_LAYOUTS)
 HEADERS = {
     "bare": "bare torchrun",
     "one-pod": "one pod ({n} {unit}s)",
     "two-pods": "two pods (1 {unit} each, emulated)",
+    "bare-shim": "bare torchrun + worker shim",
+    "one-pod-agent-store": "one pod, agent's store",
+    "one-pod-base": "one pod, --base-launcher",
+    "bare-net": "bare torchrun, sockets",
 }
-VERSUS = {"one-pod": "one pod vs bare", "two-pods": "two pods vs bare"}
+VERSUS = {
+    "one-pod": "one pod vs bare",
+    "two-pods": "two pods vs bare",
+    "bare-shim": "shim vs bare",
+    "one-pod-agent-store": "agent's store vs bare",
+    "one-pod-base": "base launcher vs bare",
+    "bare-net": "sockets vs bare",
+}
 STEP_TARGET = 0.01  # one-pod DDP step within 1% of bare torchrun
 STARTUP_TARGET_S = 2.0  # one-pod launch -> first step within 2 s of bare torchrun
 EPOCH_TARGET = 0.02  # data-loading-bound: one-pod epoch time within 2% of bare torchrun
@@ -123,6 +151,26 @@ WORKLOADS = {
             ("nivcsw_per_epoch", "involuntary context switches per epoch", "ratio"),
             ("machine_busy_share", "machine: CPUs busy while timed (share)", "ratio"),
             ("machine_steal_share", "machine: CPU steal while timed (share)", "ratio"),
+            ("startup_first_batch_s", "launch -> first step done (s)", "delta"),
+            ("wall_s", "launch -> all processes exited (s)", "delta"),
+        ),
+    ),
+    "mnist": Workload(
+        "gpu_ddp_mnist.py",
+        "gpu_ddp_mnist",
+        (
+            ("epoch_s_mean", "epoch, mean (s)", "ratio"),
+            ("epoch_s_median", "epoch, median (s)", "ratio"),
+            ("images_per_s", "images/s, all ranks", "ratio"),
+            ("data_share", "time waiting for the next batch (share)", "ratio"),
+            ("batch_data_ms_median", "one batch's loading, median (ms)", "ratio"),
+            ("cpu_s_per_epoch", "CPU s per epoch, busiest rank", "ratio"),
+            ("sys_s_per_epoch", "of which system (s), busiest rank", "ratio"),
+            ("other_threads_cpu_s_per_epoch", "CPU s/epoch, a rank's other threads", "ratio"),
+            ("agent_cpu_s_per_epoch", "CPU s/epoch, the agent (torchrun/launcher)", "ratio"),
+            ("nvcsw_per_epoch", "voluntary context switches per epoch", "ratio"),
+            ("nivcsw_per_epoch", "involuntary context switches per epoch", "ratio"),
+            ("machine_busy_share", "machine: CPUs busy while timed (share)", "ratio"),
             ("startup_first_batch_s", "launch -> first step done (s)", "delta"),
             ("wall_s", "launch -> all processes exited (s)", "delta"),
         ),
@@ -208,14 +256,21 @@ def _field_ref(pod: dict[str, Any], path: str) -> str:
     return values[path]
 
 
-def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[int] | None) -> Proc:
+def localize_pod(
+    pod: dict[str, Any],
+    workdir: Path,
+    port: int,
+    gpus: Sequence[int] | None,
+    launcher: Path = LAUNCHER,
+) -> Proc:
     """The trainer container of a rendered pod as a local process: what the kubelet, the
-    device plugin and cluster DNS would supply is substituted, nothing else is changed."""
+    device plugin and cluster DNS would supply is substituted, nothing else is changed. With
+    another ``launcher`` file, the bootstrap is given that file and its digest."""
     container = copy.deepcopy(pod["spec"]["containers"][0])
     state = workdir / "state"
     state.mkdir(parents=True, exist_ok=True)
     paths = {  # volume mounts -> local paths (longest first, so prefixes don't clash)
-        podmod.LAUNCHER_PATH: str(LAUNCHER),
+        podmod.LAUNCHER_PATH: str(launcher),
         podmod.PROGRESS_FILE: str(state / "progress"),
         contract.STATE_DIR: str(state),
         IMAGE_DIR: str(BENCH_DIR),
@@ -230,6 +285,9 @@ def localize_pod(pod: dict[str, Any], workdir: Path, port: int, gpus: Sequence[i
     argv = [local(a) for a in [*container["command"], *container.get("args", [])]]
     if argv[0] == "python":
         argv[0] = sys.executable
+    if launcher != LAUNCHER:  # the bootstrap checks the file against the digest after it
+        i = argv.index(str(launcher))
+        argv[i + 1] = hashlib.sha256(launcher.read_bytes()).hexdigest()
     # Cluster DNS: <job>-0.<job> resolves to pod 0, here 127.0.0.1 on a free port.
     i = argv.index("--rdzv-endpoint")
     host = argv[i + 1].rsplit(":", 1)[0]
@@ -266,10 +324,18 @@ def layout_procs(
     script = WORKLOADS[args.workload].script
     n = args.nproc
     gpus = list(range(n)) if not args.cpu else None
-    if layout == "bare":
+    if layout in ("bare", "bare-shim", "bare-net"):
         env = dict(os.environ)
+        if layout == "bare-net":
+            env |= {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
         if gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpus))
+        workdir = base / layout
+        workdir.mkdir(parents=True)
+        program = [str(BENCH_DIR / script), *script_args]
+        if layout == "bare-shim":
+            env[contract.ENV_STATE_DIR] = str(workdir / "state")
+            program = [str(LAUNCHER), "--worker", "python", *program]
         argv = [
             sys.executable,
             "-m",
@@ -277,21 +343,25 @@ def layout_procs(
             "--standalone",
             "--nproc-per-node",
             str(n),
-            str(BENCH_DIR / script),
-            *script_args,
+            *program,
         ]
-        workdir = base / "bare"
-        workdir.mkdir(parents=True)
         return [Proc("torchrun", argv, env, workdir)]
 
-    nodes, per_pod = (1, n) if layout == "one-pod" else (n, 1)
+    nodes, per_pod = (1, n) if layout.startswith("one-pod") else (n, 1)
+    launcher = LAUNCHER
+    if layout == "one-pod-base":
+        if args.base_launcher is None:
+            raise SystemExit("layout one-pod-base needs --base-launcher")
+        launcher = args.base_launcher.resolve()
     job = make_job(nodes, 0 if args.cpu else per_pod, per_pod, script, script_args)
     port = free_port()
     procs = []
     for i in range(nodes):
         pod = render_pod(job, i, attempt=0)
         grant = None if gpus is None else gpus[i * per_pod : (i + 1) * per_pod]
-        proc = localize_pod(pod, base / pod["metadata"]["name"], port, grant)
+        proc = localize_pod(pod, base / pod["metadata"]["name"], port, grant, launcher)
+        if layout == "one-pod-agent-store":
+            proc.env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
         if layout == "two-pods":
             # Separate pods share no /dev/shm and cannot open each other's GPU memory.
             proc.env["NCCL_P2P_DISABLE"] = "1"
@@ -365,6 +435,13 @@ def start_layout(
         common |= {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     if args.nccl_debug:
         common |= {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+    if args.pyspy is not None and args.profile_dir is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
+        common |= {
+            "BENCH_PYSPY": str(args.pyspy.resolve()),
+            "BENCH_PROFILE_OUT": str(args.profile_dir.resolve() / f"{layout}-{base.name}"),
+            "BENCH_PROFILE_SECONDS": f"{args.profile_seconds:g}",
+        }
     running: list[tuple[Proc, subprocess.Popen[bytes], Path]] = []
     t0 = time.time()
     for p in procs:
@@ -420,6 +497,7 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] | None = None
     facts: list[dict[str, Any]] = []
     cpus: list[dict[str, Any]] = []
+    threads: list[dict[str, Any]] = []
     for _, _, log in running:
         for line in log.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
@@ -430,6 +508,8 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
                 facts.append(json.loads(line))
             elif '"bench": "gpu_ddp_cpus"' in line:
                 cpus.append(json.loads(line))
+            elif '"bench": "gpu_ddp_threads"' in line:
+                threads.append(json.loads(line))
     if result is None:
         raise RuntimeError(f"{layout}: no result line\n{_tail(running[0][2])}")
     result["wall_s"] = wall
@@ -439,6 +519,10 @@ def finish_layout(started: Started, args: argparse.Namespace) -> dict[str, Any]:
         result["facts"] = sorted(facts, key=lambda f: int(f["rank"]))
     if cpus:  # per rank: {CPU: batches loaded there}
         result["cpus_seen"] = [c["cpus_seen"] for c in sorted(cpus, key=lambda c: c["rank"])]
+    if threads:  # per rank: {thread name: CPU seconds over the timed epochs}, its agent's too
+        by_rank = sorted(threads, key=lambda t: int(t["rank"]))
+        result["threads_cpu"] = [t["threads_cpu"] for t in by_rank]
+        result["agent_threads_cpu"] = [t.get("agent_threads_cpu") for t in by_rank]
     result["processes"] = [
         {
             "name": p.name,
@@ -603,7 +687,7 @@ def _markdown(cols: list[str], rows: list[list[str]]) -> list[str]:
 def table(figures: dict[str, dict[str, float]], workload: Workload, nproc: int, unit: str) -> str:
     """One row per figure, one column per layout that ran (bare first), then each layout
     against bare."""
-    layouts = [x for x in LAYOUTS if x in figures]
+    layouts = [x for x in ALL_LAYOUTS if x in figures]
     rows = []
     for key, label, kind in workload.rows:
         vals = {x: figures[x][key] for x in layouts}
@@ -623,7 +707,8 @@ def _fact(facts: list[dict[str, Any]], key: str) -> str:
     for f in facts:
         v = f.get(key)
         if key == "orig_argv" and isinstance(v, list):
-            v = " ".join(os.path.basename(a) for a in v[:6])
+            # A `-c` program (the launcher's worker entry) is shown as <code>: one table cell.
+            v = " ".join("<code>" if "\n" in a else os.path.basename(a) for a in v[:6])
         elif isinstance(v, list):
             v = ", ".join(f"{n} x{v.count(n)}" if v.count(n) > 1 else n for n in sorted(set(v)))
         vals.append("-" if v is None else str(v))
@@ -632,7 +717,7 @@ def _fact(facts: list[dict[str, Any]], key: str) -> str:
 
 def facts_table(runs: dict[str, list[dict[str, Any]]], nproc: int, unit: str) -> str | None:
     """What each layout's workers saw of their process (first repeat; all ranks)."""
-    layouts = [x for x in LAYOUTS if x in runs and runs[x] and runs[x][0].get("facts")]
+    layouts = [x for x in ALL_LAYOUTS if x in runs and runs[x] and runs[x][0].get("facts")]
     if "bare" not in layouts:
         return None
     cols = _columns(layouts, nproc, unit)[: 1 + len(layouts)]
@@ -676,10 +761,11 @@ def verdicts(figures: dict[str, dict[str, float]], workload: str) -> list[str]:
     if "bare" not in figures or "one-pod" not in figures:
         return []
     bare, one = figures["bare"], figures["one-pod"]
-    if workload == "data":
+    if workload in ("data", "mnist"):
         epoch = one["epoch_s_mean"] / bare["epoch_s_mean"] - 1
+        bound = "data-loading" if workload == "data" else "loader"
         return [
-            f"target: one-pod epoch (data-loading bound) within {EPOCH_TARGET:.0%} of bare "
+            f"target: one-pod epoch ({bound} bound) within {EPOCH_TARGET:.0%} of bare "
             f"torchrun: {epoch:+.2%} " + ("PASS" if abs(epoch) <= EPOCH_TARGET else "MISS")
         ]
     step = one["step_ms_mean"] / bare["step_ms_mean"] - 1
@@ -698,6 +784,12 @@ def describe(first: dict[str, Any], args: argparse.Namespace) -> str:
         + (f", NCCL {first['nccl']}" if first.get("nccl") else "")
         + f"; backend {first['backend']}; {first['params'] / 1e6:.2f}M params"
     )
+    if args.workload == "mnist":
+        return head + (
+            f"; {first['source']} 1x28x28 + ToTensor, {first['samples_per_rank']} images/rank/"
+            f"epoch in batches of {first['batch']}, no loader workers, pin_memory; "
+            f"{first['epochs']} timed epoch(s); median of {args.repeats} run(s) each"
+        )
     if args.workload == "data":
         return head + (
             f"; {first['source']}, {first['image_size']}px -> {first['crop']}px crops, "
@@ -740,7 +832,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=1,
         help="runs of each layout, interleaved; the table shows medians",
     )
-    p.add_argument("--layouts", default=",".join(LAYOUTS), help="a subset, comma-separated")
+    p.add_argument(
+        "--layouts",
+        default=",".join(LAYOUTS),
+        help=f"comma-separated, of {', '.join(ALL_LAYOUTS)} (the last {len(DIAGNOSTIC_LAYOUTS)}: "
+        "diagnostic variants, see bench/README.md)",
+    )
+    p.add_argument(
+        "--base-launcher",
+        type=Path,
+        help="layout one-pod-base: this launcher.py instead of the current one",
+    )
+    p.add_argument(
+        "--pyspy",
+        type=Path,
+        help="mnist workload: py-spy's path; each run's ranks and agent are sampled for "
+        "--profile-seconds from the start of the timed epochs (slows them: not figures)",
+    )
+    p.add_argument("--profile-seconds", type=float, default=5.0)
+    p.add_argument("--profile-dir", type=Path, help="with --pyspy: where the profiles go")
     p.add_argument(
         "--concurrent",
         action="store_true",
@@ -778,7 +888,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=sorted(WORKLOADS),
         default="step",
         help="step: gpu_ddp_step.py (step time, bandwidth); data: gpu_ddp_data.py "
-        "(data-loading-bound epoch time, worker thread facts)",
+        "(data-loading-bound epoch time, worker thread facts); mnist: gpu_ddp_mnist.py "
+        "(the MNIST tutorials' loader-bound shape: Python in the main thread)",
     )
     p.add_argument("script_args", nargs="*", help="after --: passed to the workload's script")
     return p.parse_args(argv)
@@ -786,6 +897,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def script_args_for(args: argparse.Namespace) -> list[str]:
     out: list[str] = []
+    if args.workload == "mnist":
+        if args.smoke:
+            out += ["--samples", "400", "--epochs", "1", "--warmup-batches", "1"]
+        if args.cpu:
+            out.append("--cpu")
+        return out + list(args.script_args)
     if args.workload == "data":
         if args.smoke:
             out += ["--samples", "48", "--batch", "16", "--image-size", "48", "--crop", "32"]
@@ -820,10 +937,10 @@ def script_args_for(args: argparse.Namespace) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     layouts = [x for x in args.layouts.split(",") if x]
-    if unknown := set(layouts) - set(LAYOUTS):
+    if unknown := set(layouts) - set(ALL_LAYOUTS):
         raise SystemExit(f"unknown layouts: {sorted(unknown)}")
-    if args.pin_ranks and (not args.pin or args.workload != "data"):
-        raise SystemExit("--pin-ranks needs --pin and --workload data")
+    if args.pin_ranks and (not args.pin or args.workload == "step"):
+        raise SystemExit("--pin-ranks needs --pin and --workload data or mnist")
     sets = cpu_sets(args, len(layouts)) if args.pin else None
     if sets is not None:
         print("CPU sets: " + "; ".join(f"{chr(65 + i)} {cpu_list(c)}" for i, c in enumerate(sets)))
@@ -895,7 +1012,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         measures: list[tuple[str, Callable[[dict[str, Any]], float]]] = [
             (key, lambda run: float(run[key]))
         ]
-        if args.workload == "data":
+        if args.workload in ("data", "mnist"):
             # Each rank's median batch: robust to a CPU's short bursts of slowness, which
             # move an epoch's time; geometric mean over the ranks.
             measures.append(("batch_data_ms_median, mean over ranks", _ranks_batch_median))

@@ -160,3 +160,34 @@ def test_pin_sets_rotate_and_ratio_stats(monkeypatch: pytest.MonkeyPatch) -> Non
     assert gpu_bench.cpu_list([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
     st = gpu_bench.ratio_stats([1.1, 1 / 1.1, 1.1, 1 / 1.1])
     assert abs(st["gmean"] - 1) < 1e-12 and st["lo"] < 1 < st["hi"]
+
+
+def test_gpu_bench_mnist_workload_smoke_cpu(tmp_path: Path) -> None:
+    """The loader-bound MNIST-tutorial workload (issue 24): bare torchrun against the rendered
+    one-pod job, its epoch table, and each rank's threads' CPU (its own and its agent's) from
+    inside every rank. The pod's workers start through the launcher's worker entry, whose
+    bootstrap runs the script with no launcher frames beneath it."""
+    stdout, lines, data = _run_smoke(tmp_path, "--workload", "mnist", "--layouts", "bare,one-pod")
+    header = next(line for line in lines if line.startswith("| figure |"))
+    assert header == "| figure | bare torchrun | one pod (2 CPU ranks) | one pod vs bare |"
+    _assert_rows(
+        stdout,
+        (
+            "epoch, mean (s)",
+            "one batch's loading, median (ms)",
+            "voluntary context switches per epoch",
+            "involuntary context switches per epoch",
+        ),
+        4,
+    )
+    assert any(line.startswith("target: one-pod epoch (loader bound)") for line in lines)
+    bare, pod = data["runs"]["bare"][0], data["runs"]["one-pod"][0]
+    assert pod["processes"][0]["summary"]["state"] == "Succeeded"
+    for run in (bare, pod):
+        assert run["world_size"] == 2 and run["epoch_s_mean"] > 0
+        assert run["source"] == "synthetic (torch ops)"  # no torchvision in CI
+        assert [f["rank"] for f in run["facts"]] == [0, 1]
+        # Per rank: the CPU of each of its threads and of its agent's, while it trained.
+        assert len(run["threads_cpu"]) == 2
+        assert all(t for t in run["threads_cpu"])
+    assert all("-c" in f["orig_argv"] and "--worker" in f["orig_argv"] for f in pod["facts"])

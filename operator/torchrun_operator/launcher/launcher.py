@@ -33,6 +33,7 @@ import sysconfig
 import threading
 import time
 import traceback
+import types
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypedDict
@@ -1274,10 +1275,34 @@ def _record_worker_state(sdir: str, stacks: str | None = None) -> None:
         log("cannot write worker state", dir=sdir, error=e)
 
 
-def worker_main(cmd: list[str]) -> int:
+# How torchrun's agent starts each worker: ``python -u -c WORKER_BOOTSTRAP <launcher.py>
+# --worker <command...>``. The bootstrap loads this file as a module and runs the user's script
+# from its own top level, so the script's frames sit on one frame with no source file, as under
+# ``python script.py`` they sit on none. Frames beneath the script are not free: code that
+# formats its own stack pays for each (torch.manual_seed does, in torch.cuda's lazy-call queue,
+# once per FakeData sample), and the launcher's and runpy's seven made a loader-bound tutorial
+# script 1.2-1.5x slower in the pods (bench/README.md).
+WORKER_BOOTSTRAP = (
+    "import importlib.util as u,sys\n"
+    "s=u.spec_from_file_location('torchrun_operator_worker_shim',sys.argv[1])\n"
+    "m=u.module_from_spec(s);sys.modules[s.name]=m;s.loader.exec_module(m)\n"
+    "try:c,g=m.worker_code(sys.argv[3:]);exec(c,g)\n"
+    "except Exception as e:sys.exit(m.worker_failed(e))\n"
+)
+
+
+def worker_entry_args(cmd: list[str]) -> list[str]:
+    """The interpreter's arguments for one worker (torchrun's agent starts sys.executable)."""
+    return ["-u", "-c", WORKER_BOOTSTRAP, os.path.abspath(__file__), "--worker", *cmd]
+
+
+def worker_code(cmd: list[str]) -> tuple[Any, dict[str, Any]]:
+    """In a worker: register it for the launcher, then either exec a program that is not
+    Python (never returns) or return the user's Python code and the globals to run it in, with
+    sys.argv, sys.path and ``__main__`` as ``python script.py`` (or ``-m module``) sets them."""
     if not cmd:
         log("worker: no command")
-        return 2
+        sys.exit(2)
     sdir = state_dir()
     stacks = None
     if python_target(cmd) is not None:
@@ -1297,47 +1322,57 @@ def worker_main(cmd: list[str]) -> int:
             os.execvp(cmd[0], cmd)
         except OSError as e:
             log("worker: cannot exec", command=cmd[0], error=e)
-            return 127 if e.errno == errno.ENOENT else 126
+            sys.exit(127 if e.errno == errno.ENOENT else 126)
     assert target is not None
     kind, what, rest = target
-    return run_python_in_process(kind, what, rest)
-
-
-def run_python_in_process(kind: str, what: str, rest: list[str]) -> int:
-    import runpy
-
     faulthandler.enable(all_threads=True)
-    if kind == "path":
-        sys.argv = [what, *rest]
-        # As `python script.py` would: the script's directory first on sys.path, replacing
-        # the launcher's own directory.
-        sys.path[0] = os.path.dirname(os.path.abspath(what))
-    else:
-        sys.argv = [what, *rest]  # run_module replaces argv[0] with the module's file
+    sys.argv = [what, *rest]  # run_module replaces argv[0] with the module's file
+    if kind == "module":
         sys.path[0] = os.getcwd()
+        code = f"import runpy\nrunpy.run_module({what!r}, run_name='__main__', alter_sys=True)\n"
+        return compile(code, "<torchrun-operator>", "exec"), {"__name__": "__torchrun_operator__"}
+    # As `python script.py` would: the script's directory first on sys.path, replacing the
+    # launcher's own directory; a fresh __main__ module whose globals the script runs in.
+    sys.path[0] = os.path.dirname(os.path.abspath(what))
+    with open(what, "rb") as fp:
+        source = fp.read()
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=what, __cached__=None, __loader__=None, __package__=None)
+    sys.modules["__main__"] = main
+    # dont_inherit: this file's `from __future__` imports are not the script's.
+    return compile(source, what, "exec", dont_inherit=True), main.__dict__
+
+
+def worker_failed(e: BaseException) -> int:
+    """A worker's script raised: record it in torchelastic's error file, as ``errors.record``
+    would, and print the traceback. Returns the exit code."""
+    now = time.time()
+    tb = traceback.format_exc()
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as fp:
+                json.dump(error_file_payload(e, tb, now), fp)
+        except OSError as we:
+            log("worker: cannot write error file", path=path, error=we)
+    sys.stderr.write(tb)
+    sys.stderr.flush()
+    return 1
+
+
+def worker_main(cmd: list[str]) -> int:
+    """``launcher.py --worker <command...>`` run directly (not how the agent starts workers:
+    see WORKER_BOOTSTRAP): the same shim, beneath this file's frames."""
     try:
-        if kind == "path":
-            runpy.run_path(what, run_name="__main__")
-        else:
-            runpy.run_module(what, run_name="__main__", alter_sys=True)
+        code, run_globals = worker_code(cmd)
+        exec(code, run_globals)  # noqa: S102 - the user's script, as python would run it
     except SystemExit as se:
         # Like errors.record: exit(0) is success; other exits are passed through unrecorded.
         if se.code is None or se.code == 0:
             return 0
         raise
-    except Exception as e:
-        now = time.time()
-        tb = traceback.format_exc()
-        path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-        if path:
-            try:
-                with open(path, "w") as fp:
-                    json.dump(error_file_payload(e, tb, now), fp)
-            except OSError as we:
-                log("worker: cannot write error file", path=path, error=we)
-        sys.stderr.write(tb)
-        sys.stderr.flush()
-        return 1
+    except Exception as e:  # noqa: BLE001 - recorded for the launcher's report
+        return worker_failed(e)
     return 0
 
 
@@ -1510,7 +1545,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
     entrypoint = sys.executable
-    entry_args = ["-u", os.path.abspath(__file__), "--worker", *cmd]
+    entry_args = worker_entry_args(cmd)
     log(
         "starting torchrun agent",
         nnodes=args.nnodes,
