@@ -38,7 +38,7 @@ from torchrun_operator.kube.client import (
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
-from torchrun_operator.kube.leader import FencedError, Gate
+from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError, Gate
 from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
@@ -322,8 +322,11 @@ class Controller:
             self.queue.succeeded(key)
         except FencedError as e:
             # Our term ended mid-reconcile: the writes it had left were not sent. Not the
-            # job's failure; the leader reconciles it (we do again if we win a term back).
+            # job's failure: no back-off. Looked at again once a term could have begun
+            # again (a renewal that lands late starts one without a "became leader"); a
+            # standby drops it then, and the leader reconciles it.
             log.info("reconcile of %s stopped: %s", key, e)
+            self.queue.add(key, after=RETRY_PERIOD_SECONDS)
         except ApiException as e:
             # The API said no (a terminating namespace, a conflict, a quota): a retry
             # later is the cure, a traceback would only be noise. A 429 or 503 says when.

@@ -19,6 +19,7 @@ from torchrun_operator.kube.leader import (
     FENCE_MARGIN_SECONDS,
     LEASE_DURATION_SECONDS,
     RENEW_DEADLINE_SECONDS,
+    RETRY_PERIOD_SECONDS,
     FencedError,
     Gate,
 )
@@ -175,7 +176,7 @@ def test_a_fan_out_stops_at_the_fence_and_the_rest_is_never_sent() -> None:
     ctrl._pool.shutdown(wait=True)
 
 
-def test_a_fenced_reconcile_is_no_failure_of_the_job() -> None:
+def test_a_fenced_reconcile_is_no_failure_of_the_job_and_a_standby_drops_it() -> None:
     clock = Clock()
     ctrl = Controller(None, workers=0)  # type: ignore[arg-type]
     ctrl.queue = WorkQueue(clock=clock, jitter=lambda: 0.0)
@@ -189,5 +190,10 @@ def test_a_fenced_reconcile_is_no_failure_of_the_job() -> None:
     key = ctrl.queue.get(timeout=0)
     ctrl.process(key)
     assert ctrl.queue.failures(("ns", "j")) == 0  # no back-off counted
+    ctrl.active.clear()  # the fence thread's on_stopped
+    clock.t += RETRY_PERIOD_SECONDS
+    key = ctrl.queue.get(timeout=0)
+    assert key == ("ns", "j")
+    ctrl.process(key)  # a standby drops it
     clock.t += 3600
-    assert ctrl.queue.get(timeout=0) is None  # not retried: the leader reconciles it
+    assert ctrl.queue.get(timeout=0) is None
