@@ -723,9 +723,10 @@ class Controller:
         return True
 
     def _status_invalid(self, job: Obj, e: ApiException) -> None:
-        """The apiserver found the status we wrote invalid (422): a bug in us, not in the job,
-        and the same status would be refused again. Said once, in a log line and an Event
-        naming the fields; the worker retries it after its back-off (to the cap), quietly."""
+        """The apiserver found the status we wrote invalid (422): a bug in us, not in the job
+        (or an admission policy of the cluster's that refuses it), and the same status would be
+        refused again. Said once, in a log line and an Event naming the fields; the worker
+        retries it after its back-off (to the cap), quietly."""
         meta = job["metadata"]
         fields = invalid_fields(e)
         where = ", ".join(fields) if fields else "a field it did not name"
@@ -735,7 +736,8 @@ class Controller:
             return
         self._invalid_status[meta["uid"]] = what
         log.error(
-            "job %s/%s: %s (a bug in torchrun-operator; retrying with back-off)",
+            "job %s/%s: %s (a bug in torchrun-operator, unless an admission policy of this"
+            " cluster refused it; retrying with back-off)",
             meta["namespace"],
             meta["name"],
             what,
