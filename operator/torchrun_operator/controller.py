@@ -15,9 +15,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -28,10 +28,17 @@ from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobCache, JobKey, PodCache, same_version, slim_pod
-from torchrun_operator.kube.client import Writes, api_message
+from torchrun_operator.kube.client import (
+    WRITE_TIMEOUT_SECONDS,
+    Writes,
+    api_message,
+    invalid_fields,
+    retry_after,
+)
 from torchrun_operator.kube.gangobjects import GangObjects, GangRefused
 from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
+from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError, Gate
 from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.workqueue import WorkQueue
@@ -45,15 +52,17 @@ from torchrun_operator.render.networkpolicy import OperatorPeer
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 # How soon a job blocked by an object that is not its own looks again: the object may be a
 # predecessor's child the garbage collector is about to delete.
 BLOCKED_RETRY_SECONDS = 5.0
-# How long stop() waits for reconciles in flight: each API request times out well within it.
-STOP_GRACE_SECONDS = 10.0
-# A reconcile that failed on an API error tries again after this long.
-ERROR_RETRY_SECONDS = 2.0
+# How long stop() waits for reconciles in flight. It closes the gate first, so no write leaves
+# after that; a write already sent is given up on within its timeout (kube/client.py). The
+# reads a reconcile may be waiting on (30 s) are not waited for: a read changes nothing.
+STOP_GRACE_SECONDS = WRITE_TIMEOUT_SECONDS + 1.0
 # A pod create the apiserver refused (Pod Security, a quota, a webhook) is retried after
 # 2, 4, 8 ... seconds, at most this long: the cause is usually fixed by a person.
 REFUSED_RETRY_MAX_SECONDS = 300.0
@@ -118,8 +127,12 @@ class Controller:
         operator_namespace: str | None = None,
         live_status: bool | None = None,
         kueue: bool = False,
+        gate: Gate | None = None,
     ) -> None:
         self.api = api
+        # The leadership gate the client's writes pass (kube/leader.py), closed by stop();
+        # without one (tests), a gate of our own that nothing else sees.
+        self.gate = gate if gate is not None else Gate()
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.net = client.NetworkingV1Api(api)
@@ -146,6 +159,9 @@ class Controller:
         self._conflicts: dict[str, dict[str, str]] = {}
         # Pod creates the apiserver refused: job uid -> pod name -> (message, retry at, tries).
         self._refused: dict[str, dict[str, tuple[str, float, int]]] = {}
+        # Job uid -> what the apiserver said when it refused our status write as invalid
+        # (422): said once, in an Event and a log line, not at every retry.
+        self._invalid_status: dict[str, str] = {}
         self._launcher = packaged_launcher()
         self._gang = GangObjects(api)  # spec.scheduling.gang: the attempts' PodGroups
         self._threads: list[threading.Thread] = []
@@ -207,6 +223,7 @@ class Controller:
     def stop(self) -> None:
         """Stops taking work and waits (bounded) for reconciles in flight, so that nothing
         of ours writes after it returns: the lease is released only then."""
+        self.gate.close()  # first: no write leaves from here on, whatever is in flight
         self.active.clear()
         self.queue.shutdown()
         for w in self._watchers:
@@ -278,6 +295,8 @@ class Controller:
         self._children_done.discard(uid)
         self._conflicts.pop(uid, None)
         self._refused.pop(uid, None)
+        self._invalid_status.pop(uid, None)
+        self.queue.succeeded(key)  # its failures in a row: a new job of the name has none
         self._admitted.pop(uid, None)
         self._gang.forget(uid)
         if self.rankmap is not None:
@@ -288,33 +307,48 @@ class Controller:
 
     def _work(self) -> None:
         while not self._stopped.is_set():
-            key = None
-            try:
-                key = self.queue.get()
-                if key is None:
-                    return
-                # A standby replica drops keys: set_active() re-queues every job on takeover.
-                if self.active.is_set():
-                    self.sync(key)  # type: ignore[arg-type]
-            except ApiException as e:
-                # The API said no (a terminating namespace, a conflict, a quota): a retry
-                # later is the cure, a traceback would only be noise.
-                level = logging.INFO if _namespace_terminating(e) else logging.WARNING
-                log.log(
-                    level, "reconcile of %s: API error %s %s; retrying", key, e.status, e.reason
-                )
-                self._retry(key)
-            except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
-                log.exception("reconcile of %s failed; retrying", key)
-                self._retry(key)
-            finally:
-                if key is not None:
-                    self.queue.done(key)
+            key = self.queue.get()
+            if key is None:
+                return
+            self.process(key)
 
-    def _retry(self, key: Any) -> None:
+    def process(self, key: Any) -> None:
+        """One key from the queue: reconciled, and on a failure added back after its
+        back-off (kube/workqueue.py), which a success resets."""
+        try:
+            # A standby replica drops keys: set_active() re-queues every job on takeover.
+            if self.active.is_set():
+                self.sync(key)
+            self.queue.succeeded(key)
+        except FencedError as e:
+            # Our term ended mid-reconcile: the writes it had left were not sent. Not the
+            # job's failure: no back-off. Looked at again once a term could have begun
+            # again (a renewal that lands late starts one without a "became leader"); a
+            # standby drops it then, and the leader reconciles it.
+            log.info("reconcile of %s stopped: %s", key, e)
+            self.queue.add(key, after=RETRY_PERIOD_SECONDS)
+        except ApiException as e:
+            # The API said no (a terminating namespace, a conflict, a quota): a retry
+            # later is the cure, a traceback would only be noise. A 429 or 503 says when.
+            delay = self._retry(key, retry_after(e))
+            quiet = _namespace_terminating(e) or getattr(e, "_said", False)
+            log.log(
+                logging.INFO if quiet else logging.WARNING,
+                "reconcile of %s: API error %s %s; retrying in %.1f s",
+                key,
+                e.status,
+                e.reason,
+                delay,
+            )
+        except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
+            delay = self._retry(key)
+            log.exception("reconcile of %s failed; retrying in %.1f s", key, delay)
+        finally:
+            self.queue.done(key)
+
+    def _retry(self, key: Any, at_least: float | None = None) -> float:
         metrics.observe_reconcile(0.0, error=True)
-        if key is not None:
-            self.queue.add(key, after=ERROR_RETRY_SECONDS)
+        return self.queue.add_failed(key, at_least or 0.0)
 
     def _watchers_synced(self) -> bool:
         return all(w.synced.is_set() for w in self._watchers)
@@ -451,7 +485,7 @@ class Controller:
         objs = children(job, self._launcher, self._network_policy, self._operator_peer)
         # Created at once, not one round trip after another: they do not depend on each
         # other, and a new job's pods wait for them. list() re-raises the first error.
-        found = list(self._pool.map(lambda obj: self._create(ns, obj), objs))
+        found = self._fan_out(lambda obj: self._create(ns, obj), objs)
         ok = True
         for existing in found:
             if existing is not None and controller_uid(existing) != uid:
@@ -459,6 +493,20 @@ class Controller:
                 ok = False
         if ok:
             self._children_done.add(uid)
+
+    def _fan_out(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """`fn` over `items` on the pool at once; the results in order. Once one raises, those
+        not started yet are cancelled (after a fence, none would be sent anyway: the gate
+        refuses each) and the error is raised when the started ones are done: a FencedError
+        first (the reconcile stops, no failure), else the first in order."""
+        futures = [self._pool.submit(fn, item) for item in items]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in pending:
+            f.cancel()
+        errors = [e for f in futures if not f.cancelled() and (e := f.exception()) is not None]
+        if errors:
+            raise next((e for e in errors if isinstance(e, FencedError)), errors[0])
+        return [f.result() for f in futures]
 
     def _conflict(self, job: Obj, obj: Obj) -> None:
         uid = job["metadata"]["uid"]
@@ -539,9 +587,9 @@ class Controller:
             # a conflict (decided again from the job as it is now) or failed.
             metrics.record_transitions(plan.transitions)
         # Deletes fan out like creates: a 512-pod gang restart must not pay 512 round trips
-        # in a row. list() waits for all of them and re-raises the first error.
+        # in a row.
         uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
-        list(self._pool.map(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete))
+        self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete)
         creates = self._due_creates(meta["uid"], plan.create)
         if not self._gang_ready(job, plan.status):
             creates = []  # a gang's pods never start without their PodGroup
@@ -549,7 +597,7 @@ class Controller:
             # Pods of one job are created concurrently: a 512-node job must not wait for 512
             # round trips one after another.
             for pod, got in zip(
-                creates, self._pool.map(lambda p: self._create_pod(job, p), creates), strict=True
+                creates, self._fan_out(lambda p: self._create_pod(job, p), creates), strict=True
             ):
                 if isinstance(got, ApiException):
                     self._refuse(job, pod["metadata"]["name"], got)
@@ -666,10 +714,35 @@ class Controller:
             if _ok_codes(e, 409):
                 self._reread(job)
                 return False
+            if _ok_codes(e, 422):
+                self._status_invalid(job, e)
             raise
+        self._invalid_status.pop(meta["uid"], None)
         self.jobs.put(written)
         self._publish_phases()
         return True
+
+    def _status_invalid(self, job: Obj, e: ApiException) -> None:
+        """The apiserver found the status we wrote invalid (422): a bug in us, not in the job
+        (or an admission policy of the cluster's that refuses it), and the same status would be
+        refused again. Said once, in a log line and an Event naming the fields; the worker
+        retries it after its back-off (to the cap), quietly."""
+        meta = job["metadata"]
+        fields = invalid_fields(e)
+        where = ", ".join(fields) if fields else "a field it did not name"
+        what = f"the apiserver refused this job's status as invalid at {where}: {api_message(e)}"
+        e._said = True  # type: ignore[attr-defined] # the worker's own line: no warning again
+        if self._invalid_status.get(meta["uid"]) == what:
+            return
+        self._invalid_status[meta["uid"]] = what
+        log.error(
+            "job %s/%s: %s (a bug in torchrun-operator, unless an admission policy of this"
+            " cluster refused it; retrying with back-off)",
+            meta["namespace"],
+            meta["name"],
+            what,
+        )
+        self._events.submit(events.post, self.writes, job, "Warning", "StatusInvalid", what)
 
     def _reread(self, job: Obj) -> None:
         """After a conflict: the current job into the cache, and decide again at once."""

@@ -18,7 +18,7 @@ import kopf
 
 from torchrun_operator.controller import Controller
 from torchrun_operator.kube import client as kclient
-from torchrun_operator.kube.leader import LeaderElector
+from torchrun_operator.kube.leader import Gate, LeaderElector
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +59,13 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.connect_timeout = kclient.CONNECT_TIMEOUT_SECONDS
     settings.networking.connect_timeout = kclient.CONNECT_TIMEOUT_SECONDS
     settings.networking.request_timeout = kclient.APISERVER_REQUEST_TIMEOUT_SECONDS
-    api = kclient.load()
+    # Every write of the operator passes the gate right before it is sent: open while this
+    # replica's term lasts (the elector opens and closes it), for ever without an election.
+    gate = Gate()
+    api = kclient.load(gate=gate)
     ctrl = Controller(
         api,
+        gate=gate,
         namespaces=Options.namespaces,
         workers=Options.workers,
         network_policy=Options.network_policy,
@@ -76,16 +80,18 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     if Options.leader_namespace:
         identity = os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
         elector = LeaderElector(
-            api,
+            api.ungated(),  # the Lease's writes are how a term is won: they pass no gate
             Options.leader_namespace,
             Options.leader_id,
             identity,
             on_started=lambda: ctrl.set_active(True),
             on_stopped=lambda: ctrl.set_active(False),
+            gate=gate,
         )
         _state["elector"] = elector
         elector.start()
     else:
+        gate.open()
         ctrl.set_active(True)
 
 

@@ -11,9 +11,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtj import REPO, OperatorProcess, apply, load_docs, wait_for, wait_phase
+from dtj import (
+    REPO,
+    OperatorProcess,
+    apply,
+    create_job,
+    load_docs,
+    quick_job,
+    wait_for,
+    wait_phase,
+)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from torchrun_operator.kube.leader import RENEW_DEADLINE_SECONDS
 
 LEASE = "torchrun-operator"
 HELLO = REPO / "examples" / "configmap-script.yaml"  # 2 pods x 1 process, one all-reduce
@@ -196,6 +206,95 @@ def test_a_leader_that_cannot_renew_stops_before_the_standby_takes_over(
         assert injected and all(f["method"] == "PUT" for f in injected)
         assert {f["pid"] for f in injected} == {cut_off.proc.pid}
         assert "became leader" not in cut_off.log().split("lost leadership", 1)[1]
+    finally:
+        for op in ops:
+            op.kill()
+        operator.start()
+    for op in ops:
+        assert "Traceback" not in op.log(), op.log()[-4000:]
+
+
+def test_a_deposed_leader_sends_no_write_after_its_fence_and_the_new_one_finishes_the_job(
+    operator: OperatorProcess,
+    cluster: Any,
+    kube: client.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader's Lease renewals fail from the 3rd on (503) while it creates a 6-pod job's
+    pods, four of which are held up (20 s each, before they are sent: a slow apiserver) past
+    its fence. Each write the leader does send is logged once answered (fault rule "pass").
+    It must send none after its fence, also not the four creates it had in flight; the new
+    leader creates them, and the job succeeds."""
+    operator.kill()  # it would act on every job too
+    fault_log = tmp_path / "faults.log"
+    faults = tmp_path / "faults.json"
+    lease = f"/namespaces/{namespace}/leases/{LEASE}$"
+    rules: list[dict[str, Any]] = [
+        # 0: pod creates from the 3rd on wait 20 s before they go out.
+        {"method": "POST", "path": "/pods$", "nth": 3, "times": "all", "delay": 20.0},
+        # 1: renewals fail from the 3rd on.
+        {"method": "PUT", "path": lease, "nth": 3, "times": "all", "action": "status"},
+        # 2: every other write that goes out (not the Lease's), logged when answered.
+        {"method": "writes", "path": "^(?!.*/leases/)", "times": "all"},
+    ]
+    rules[1]["status"] = 503
+    config = {"log": str(fault_log), "rules": [{"action": "pass", **r} for r in rules]}
+    faults.write_text(json.dumps(config))
+    ops = [
+        OperatorProcess(
+            Path(cluster.kubeconfig),
+            tmp_path / name,
+            extra=["--leader-election-namespace", namespace],
+        )
+        for name in ("deposed", "successor")
+    ]
+    deposed, successor = ops
+    try:
+        for op in ops:
+            op.log_dir.mkdir()
+        with monkeypatch.context() as m:  # only the first replica gets the faults
+            m.setenv("TORCHRUN_OPERATOR_FAULTS", str(faults))
+            deposed.start()
+        assert deposed.proc is not None
+        first = wait_for("a lease holder", lambda: holder(kube, namespace), timeout=60)
+        assert identity_pid(first) == deposed.proc.pid
+        # The first two pods wait for the other four until the successor creates them (20 s
+        # or more), then for those to start on a loaded machine: more than the 90 s default.
+        rendezvous = {"joinTimeoutSeconds": 300}
+        job = create_job(kube, namespace, quick_job("fenced", nodes=6, rendezvous=rendezvous))
+        name = job["metadata"]["name"]
+        successor.start()
+        assert successor.proc is not None
+        wait_for(
+            "the successor to lead",
+            lambda: "became leader" in successor.log() and "lost leadership" in deposed.log(),
+            timeout=90,
+        )
+        done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=240)
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        assert sorted(r["pod"] for r in done["status"]["ranks"]) == [
+            f"{name}-{i}" for i in range(6)
+        ]
+        assert identity_pid(holder(kube, namespace) or "-0") == successor.proc.pid
+
+        logged = [json.loads(line) for line in fault_log.read_text().splitlines()]
+        assert {f["pid"] for f in logged} == {deposed.proc.pid}
+        renewals_failed = [f["time"] for f in logged if f["rule"] == 1]
+        assert renewals_failed, logged
+        # Its last good renewal went out before the first failed one: its term, counted from
+        # that renewal, ended RENEW_DEADLINE_SECONDS after it at the latest.
+        fence = min(renewals_failed) + RENEW_DEADLINE_SECONDS
+        sent = [f for f in logged if f["action"] == "pass"]
+        creates = [f for f in sent if f["method"] == "POST" and f["path"].endswith("/pods")]
+        assert len(creates) == 2, sent  # the first two; the four held up never went out
+        late = [f for f in sent if f["time"] >= fence]
+        assert late == [], (fence, late)
+        assert re.search(r"POST \S+/pods not sent: this replica is not the leader", deposed.log())
+        # The successor created the four: with the deposed leader's two, each pod once.
+        assert pod_creates(successor) == 4
+        assert "became leader" not in deposed.log().split("lost leadership", 1)[1]
     finally:
         for op in ops:
             op.kill()

@@ -4,21 +4,29 @@ Every request gets a client-side timeout. Without one, a request to an apiserver
 answering (a dead connection behind a load balancer, an apiserver stuck in a restart) blocks
 its thread forever: a worker, the pod watch or the leader election would hang without dying,
 which no liveness probe notices.
+
+Writes (POST, PUT, PATCH, DELETE) of a client with a leadership gate (kube/leader.Gate) are
+checked against it right before they are sent, and refused with leader.FencedError
+once this replica's term is over; and each is bounded as a whole to fit in the fence's
+margin. The Lease's own writes go through a client without a gate (ApiClient.ungated).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator.kube import faults
+from torchrun_operator.kube.leader import FENCE_MARGIN_SECONDS, Gate
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +41,20 @@ REQUEST_TIMEOUT = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
 # For clients that only take a total (kopf's): the apiserver ends any request that is not a
 # watch after 60 s (--request-timeout), so waiting longer for a response is waiting for none.
 APISERVER_REQUEST_TIMEOUT_SECONDS = 60.0
+# A write, connect and answer together (urllib3's total). The last write a deposed leader
+# sends leaves at its fence at the latest (the gate is checked right before it is sent); a
+# standby takes over FENCE_MARGIN_SECONDS after that at the soonest. A write still waiting
+# for its answer then is one we have given up on, a second before, so nothing of ours is in
+# flight on our side when the new leader starts. (The apiserver may still be busy with it, as
+# it may with any client-go controller's: that part is beyond a client.) A create or a
+# status patch takes milliseconds; one that takes seconds fails and its reconcile backs off.
+WRITE_TIMEOUT_SECONDS = FENCE_MARGIN_SECONDS - 1.0
+WRITES = faults.WRITES
+# urllib3 would send a request again by itself: a PUT or DELETE whose answer timed out, and
+# any request after a failed connect (3 times by default, 5 s each). Such a second attempt
+# leaves after the gate was checked, maybe after the fence; so none is made, and the caller
+# (a reconcile that backs off, a watch's loop, the next renewal) tries again instead.
+RETRIES = urllib3.Retry(total=3, connect=0, read=0)
 
 # Watches: the server ends each one after this long (timeoutSeconds) and we resume from the
 # last resourceVersion. Bookmarks are sent at the server's discretion, so only this bounds
@@ -45,19 +67,27 @@ WATCH_REQUEST_TIMEOUT = (CONNECT_TIMEOUT_SECONDS, WATCH_TIMEOUT_SECONDS + WATCH_
 
 
 class ApiClient(client.ApiClient):
-    """The kubernetes ApiClient with a default timeout on every request and, in tests only,
-    fault injection (kube/faults.py). call_api is the one method every API call (watches
-    included) goes through with the method, URL and timeout in hand."""
+    """The kubernetes ApiClient with a default timeout on every request, the leadership gate
+    on every write and, in tests only, fault injection (kube/faults.py). call_api is the one
+    method every API call (watches included) goes through with the method, URL and timeout
+    in hand."""
 
     def __init__(
         self,
         configuration: client.Configuration | None = None,
         request_timeout: Any = REQUEST_TIMEOUT,
         injector: faults.Injector | None = None,
+        gate: Gate | None = None,
     ) -> None:
         super().__init__(configuration)
         self.request_timeout = request_timeout
         self.injector = injector
+        self.gate = gate
+
+    def ungated(self) -> ApiClient:
+        """A client like this one whose writes pass no gate: the leader election's own (its
+        Lease writes are how a term is won). Same configuration and fault injector."""
+        return ApiClient(self.configuration, self.request_timeout, self.injector)
 
     def call_api(
         self,
@@ -69,8 +99,14 @@ class ApiClient(client.ApiClient):
         _request_timeout: Any = None,
     ) -> Any:
         timeout = self.request_timeout if _request_timeout is None else _request_timeout
+        gate = self.gate if method.upper() in WRITES else None
+        if gate is not None and _request_timeout is None:
+            timeout = WRITE_TIMEOUT_SECONDS
 
         def send() -> Any:
+            if gate is not None:
+                # Here, after any injected delay, right before the request leaves.
+                gate.check(f"{method} {url.split('?', 1)[0]}")
             return client.ApiClient.call_api(
                 self, method, url, header_params, body, post_params, _request_timeout=timeout
             )
@@ -162,7 +198,8 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
     return f"https://{host}:{port}"
 
 
-def load(env: Mapping[str, str] = os.environ) -> ApiClient:
+def load(env: Mapping[str, str] = os.environ, gate: Gate | None = None) -> ApiClient:
+    """The client for the operator's requests; with `gate`, its writes are fenced by it."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -170,6 +207,7 @@ def load(env: Mapping[str, str] = os.environ) -> ApiClient:
     cfg = client.Configuration.get_default_copy()
     # One operator talks to the apiserver from many threads (workers, creates in parallel).
     cfg.connection_pool_maxsize = 32
+    cfg.retries = RETRIES
     injector = faults.from_env(env)
     if injector is not None:
         log.warning(
@@ -178,7 +216,7 @@ def load(env: Mapping[str, str] = os.environ) -> ApiClient:
             env[faults.ENV],
             len(injector.rules),
         )
-    return ApiClient(cfg, injector=injector)
+    return ApiClient(cfg, injector=injector, gate=gate)
 
 
 def api_message(e: ApiException) -> str:
@@ -189,3 +227,38 @@ def api_message(e: ApiException) -> str:
         body = {}
     message = body.get("message") if isinstance(body, dict) else None
     return str(message or e.reason or e.status)
+
+
+# Answers a client is told to come back later to, with when in Retry-After.
+RETRY_AFTER_CODES = (429, 503)
+# A Retry-After longer than this is taken as this: a job is looked at again by then anyway.
+RETRY_AFTER_MAX_SECONDS = 600.0
+
+
+def retry_after(e: BaseException) -> float | None:
+    """The seconds a 429 or 503 answer's Retry-After asks for (the apiserver sends whole
+    seconds; an HTTP date is not worth a parser here), bounded; None when it asks none."""
+    if not isinstance(e, ApiException) or e.status not in RETRY_AFTER_CODES:
+        return None
+    headers = e.headers or {}
+    value = next((v for k, v in headers.items() if str(k).lower() == "retry-after"), None)
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return min(seconds, RETRY_AFTER_MAX_SECONDS)
+
+
+def invalid_fields(e: ApiException) -> list[str]:
+    """The fields a 422 (Invalid) answer names: its Status details' causes, as the apiserver
+    writes them for a body that fails validation ("status.ranks[0].pod", ...)."""
+    try:
+        body = json.loads(e.body or "{}")
+    except (TypeError, ValueError):
+        return []
+    details = body.get("details") if isinstance(body, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    fields = [c.get("field") for c in causes or [] if isinstance(c, dict)]
+    return sorted({f for f in fields if isinstance(f, str) and f})

@@ -21,7 +21,7 @@ The file:
                                            (default 1), or "all"
           "delay": 0.0,                    seconds to sleep before acting (default 0)
           "action": "status",              status | timeout | lose_response | kill_before
-                                           | kill_after
+                                           | kill_after | pass
           "status": 500,                   for "status": the HTTP code answered
           "retry_after": 1                 for "status": a Retry-After header (seconds)
         }
@@ -38,9 +38,11 @@ them; the first rule that acts on a request decides its fate. Actions:
 - lose_response: sent, then the response is dropped and urllib3's ReadTimeoutError raised:
   the write happened but the caller cannot know.
 - kill_before / kill_after: SIGKILL to this process right before / right after sending.
+- pass: sent as it is (after the delay: a slow request), and logged once its answer came,
+  so a test can tell which requests of which replica reached the apiserver, and by when.
 
 A log line is appended as the action takes effect: before the error is raised or the SIGKILL
-sent (for lose_response and kill_after, after the request was sent), with one write() on an
+sent (for lose_response, kill_after and pass, after the request was sent), with one write() on an
 O_APPEND file, so replicas may share the log and a driver can count faults:
 {"time": ..., "pid": ..., "rule": <index>, "n": <match count>, "action": ..., "method": ...,
 "path": ...}.
@@ -65,7 +67,7 @@ import urllib3
 ENV = "TORCHRUN_OPERATOR_FAULTS"
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-ACTIONS = frozenset({"status", "timeout", "lose_response", "kill_before", "kill_after"})
+ACTIONS = frozenset({"status", "timeout", "lose_response", "kill_before", "kill_after", "pass"})
 _RULE_KEYS = frozenset(
     {"method", "path", "nth", "times", "delay", "action", "status", "retry_after"}
 )
@@ -205,6 +207,8 @@ class Injector:
             return _status_response(rule)
         response = send()
         self._log(index, rule, method, target)
+        if rule.action == "pass":
+            return response
         if rule.action == "kill_after":
             os.kill(os.getpid(), signal.SIGKILL)
         _discard(response)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +33,42 @@ log = logging.getLogger(__name__)
 LEASE_DURATION_SECONDS = 15.0
 RENEW_DEADLINE_SECONDS = 10.0
 RETRY_PERIOD_SECONDS = 2.0
+# How long after our fence a standby may take over at the soonest (it waits a whole lease
+# duration from the renewal our term is counted from). A write sent right before the fence
+# must be over by then: kube/client.py bounds each write's whole exchange below this.
+FENCE_MARGIN_SECONDS = LEASE_DURATION_SECONDS - RENEW_DEADLINE_SECONDS
+
+
+class FencedError(Exception):
+    """A write refused before it was sent: this replica does not lead, or its term ran out.
+    Not a failure of the job: the reconcile stops, and the leader (whoever it is) does it."""
+
+
+class Gate:
+    """Whether this replica may write now: open until the end of its term. Checked right
+    before each write is sent, from any thread; judged by the clock at that moment, so a
+    fence thread that runs late (or a callback in progress) lets nothing through."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._until = -math.inf  # closed until someone opens it
+
+    def open(self, until: float = math.inf) -> None:
+        """Open until `until` on the gate's clock (a term); for ever without one (a single
+        replica that elects no leader)."""
+        self._until = until
+
+    def close(self) -> None:
+        self._until = -math.inf
+
+    def left(self) -> float:
+        """Seconds until the gate closes; 0 when it is closed."""
+        return max(self._until - self._clock(), 0.0)
+
+    def check(self, what: str) -> None:
+        """Raises FencedError unless the gate is open."""
+        if self.left() <= 0:
+            raise FencedError(f"{what} not sent: this replica is not the leader")
 
 
 class LeaseApi(Protocol):
@@ -77,6 +114,7 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] = _now,
         leases: LeaseApi | None = None,
+        gate: Gate | None = None,
     ) -> None:
         if not 0 < retry < renew_deadline < duration:
             raise ValueError("leader election needs 0 < retry < renew_deadline < duration")
@@ -92,6 +130,8 @@ class LeaderElector:
         # (The fence does not rely on it: urllib3 may retry a request that timed out.)
         self._request_timeout = (renew_deadline - retry) / 2
         self._clock, self._wall = clock, wall
+        # Opened for each term, closed when it ends (its clock must be ours: terms are ours).
+        self.gate = gate if gate is not None else Gate(clock)
         self._stop = threading.Event()
         # Guards the state below, and runs on_started/on_stopped in the order of the
         # transitions they report (the loop and the fence thread both make them).
@@ -157,6 +197,7 @@ class LeaderElector:
             log.warning("leader election: renewal took %.1f s", self._clock() - started)
             return
         self._leading_until = until
+        self.gate.open(until)
         self._lock.notify_all()
         if not self.is_leader:
             self.is_leader = True
@@ -175,6 +216,7 @@ class LeaderElector:
 
     def _stop_leading(self, why: str, level: int = logging.WARNING) -> None:
         # Called with the lock held.
+        self.gate.close()  # first: whatever on_stopped does, no write leaves from here on
         if not self.is_leader:
             return
         self.is_leader = False

@@ -2,13 +2,15 @@
 
 Many pod events for one job collapse into one pending key, so a burst of 512 pod updates
 costs a handful of reconciles, and a key is never processed by two workers at once (a key that
-is re-added while it is being processed runs once more afterwards).
+is re-added while it is being processed runs once more afterwards). A key whose processing
+fails comes back after a per-key exponential back-off (backoff_delay), reset by a success.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import random
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -20,6 +22,32 @@ from collections.abc import Callable, Hashable
 MAX_DELAY_SECONDS = 3600.0
 
 
+# After a failed reconcile: 2 s, then twice as long after each failure in a row, at most
+# 5 minutes (a job that fails that often waits on a person or on an apiserver that is down;
+# a watch event still wakes it at once). The jitter spreads the jobs that failed together
+# (the apiserver was away) so that they do not all come back in the same second.
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_MAX_SECONDS = 300.0
+BACKOFF_JITTER = 0.2
+
+
+def backoff_delay(
+    failures: int,
+    jitter: float = 0.0,
+    base: float = BACKOFF_BASE_SECONDS,
+    cap: float = BACKOFF_MAX_SECONDS,
+) -> float:
+    """Seconds to wait after `failures` failures in a row (0: none, no wait): `base` doubled
+    for each after the first, at most `cap`, less up to BACKOFF_JITTER of it for `jitter` in
+    [0, 1]. For one jitter it never shrinks as failures grow, and never passes the cap."""
+    if failures < 1:
+        return 0.0
+    # 2**63 times any base is past any cap; the exponent is bounded so the power cannot
+    # overflow a float however long a key keeps failing.
+    delay = min(cap, base * 2.0 ** min(failures - 1, 63))
+    return delay * (1.0 - BACKOFF_JITTER * min(max(jitter, 0.0), 1.0))
+
+
 def _bounded(seconds: float) -> float:
     """A delay in [0, MAX_DELAY_SECONDS]: negative and NaN mean "now", +inf the maximum."""
     if math.isnan(seconds) or seconds <= 0:
@@ -28,8 +56,14 @@ def _bounded(seconds: float) -> float:
 
 
 class WorkQueue:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
         self._clock = clock
+        self._jitter = jitter
+        self._failures: dict[Hashable, int] = {}  # failures in a row, per key
         self._cond = threading.Condition()
         self._ready: list[Hashable] = []  # FIFO of keys due now
         self._queued: set[Hashable] = set()  # keys in _ready
@@ -56,6 +90,26 @@ class WorkQueue:
                 self._cond.notify()
                 return
             self._add_now(key)
+
+    def add_failed(self, key: Hashable, at_least: float = 0.0) -> float:
+        """After a failure of `key`: adds it back after its back-off, or after `at_least`
+        when that is longer (a Retry-After the apiserver asked for); the delay chosen."""
+        with self._cond:
+            failures = self._failures.get(key, 0) + 1
+            self._failures[key] = failures
+        delay = _bounded(max(backoff_delay(failures, self._jitter()), at_least))
+        self.add(key, after=delay)
+        return delay
+
+    def succeeded(self, key: Hashable) -> None:
+        """`key` was processed without failing: its next failure backs off from the start."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def failures(self, key: Hashable) -> int:
+        """Failures of `key` in a row so far."""
+        with self._cond:
+            return self._failures.get(key, 0)
 
     def _add_now(self, key: Hashable) -> None:
         if key in self._processing:

@@ -1,6 +1,15 @@
 import threading
 
-from torchrun_operator.kube.workqueue import MAX_DELAY_SECONDS, WorkQueue
+from hypothesis import given
+from hypothesis import strategies as st
+from torchrun_operator.kube.workqueue import (
+    BACKOFF_BASE_SECONDS,
+    BACKOFF_JITTER,
+    BACKOFF_MAX_SECONDS,
+    MAX_DELAY_SECONDS,
+    WorkQueue,
+    backoff_delay,
+)
 
 
 class FakeClock:
@@ -111,3 +120,60 @@ def test_odd_get_timeouts_never_raise() -> None:
     q.shutdown()
     t.join(timeout=2)
     assert got == [None] and errors == []
+
+
+# -- back-off after failures ---------------------------------------------------------------
+
+
+@given(
+    st.integers(min_value=0, max_value=10_000),
+    st.integers(min_value=0, max_value=10_000),
+    st.floats(min_value=0.0, max_value=1.0),
+)
+def test_the_backoff_never_shrinks_as_failures_grow_and_never_passes_the_cap(
+    a: int, b: int, jitter: float
+) -> None:
+    low, high = sorted((a, b))
+    assert 0.0 <= backoff_delay(low, jitter) <= backoff_delay(high, jitter)
+    assert backoff_delay(high, jitter) <= BACKOFF_MAX_SECONDS
+
+
+@given(st.integers(min_value=1, max_value=10_000), st.floats(min_value=0.0, max_value=1.0))
+def test_the_backoff_doubles_from_the_base_up_to_the_cap_less_the_jitter(
+    failures: int, jitter: float
+) -> None:
+    plain = min(BACKOFF_BASE_SECONDS * 2.0 ** min(failures - 1, 63), BACKOFF_MAX_SECONDS)
+    got = backoff_delay(failures, jitter)
+    assert plain * (1 - BACKOFF_JITTER) <= got <= plain
+    assert backoff_delay(0, jitter) == 0.0  # no failure, no wait
+
+
+def test_a_failing_key_waits_longer_each_time_until_it_succeeds() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock, jitter=lambda: 0.0)
+    delays = []
+    for _ in range(12):
+        delays.append(q.add_failed("k"))
+        clock.t += delays[-1] - 0.01
+        assert q.get(timeout=0) is None  # not a moment before its back-off
+        clock.t += 0.01
+        assert q.get(timeout=0) == "k"
+        q.done("k")
+    assert delays[:4] == [2.0, 4.0, 8.0, 16.0]
+    assert delays[-1] == BACKOFF_MAX_SECONDS
+    assert q.failures("k") == 12
+    q.succeeded("k")
+    assert q.failures("k") == 0
+    assert q.add_failed("k") == BACKOFF_BASE_SECONDS  # from the start again
+
+
+def test_a_retry_after_longer_than_the_backoff_is_honoured() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock, jitter=lambda: 0.0)
+    assert q.add_failed("k", at_least=7.0) == 7.0
+    clock.t = 6.9
+    assert q.get(timeout=0) is None
+    clock.t = 7.0
+    assert q.get(timeout=0) == "k"
+    q.done("k")
+    assert q.add_failed("k", at_least=1.0) == 4.0  # the back-off, when it is the longer
