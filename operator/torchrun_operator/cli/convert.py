@@ -20,9 +20,13 @@ mapping and its reasons are in docs/migrating.md; in short:
 - restartPolicy: ExitCode is this operator's own rule (exit 1-127 fails the job, 128-255 and
   signals restart it); OnFailure and Always restarted on any failure, which here only
   infrastructure failures do (a warning says so); Never -> failurePolicy.maxRestarts: 0;
+- runPolicy.schedulingPolicy -> spec.scheduling where a field only one gang scheduler reads
+  says which (queue: Volcano; scheduleTimeoutSeconds: Coscheduling), priorityClass -> the
+  template's priorityClassName;
 - a launcher in the command stays (the operator unwraps it), less the flags the spec now says.
 
-The conversion is pure (`convert`); `main` reads and prints.
+The input is untrusted: convert_input.py loads it within bounds, convert_parse.py checks the
+type of every field read here. The conversion is pure (`convert`); `run` reads and prints.
 """
 
 from __future__ import annotations
@@ -39,7 +43,24 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from torchrun_operator.api import launchcmd, models, names
+from torchrun_operator.api import launchcmd, models, names, scheduling
+
+from . import convert_parse
+from .convert_input import MAX_DEPTH, MAX_INPUT_BYTES, MAX_VALUES, ConvertError, load
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_INPUT_BYTES",
+    "MAX_VALUES",
+    "TODO_COMMAND",
+    "Conversion",
+    "ConvertError",
+    "add_parser",
+    "convert",
+    "documents",
+    "run",
+    "validate",
+]
 
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"
 PYTORCHJOB = "PyTorchJob"
@@ -66,17 +87,18 @@ _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _JOIN_TIMEOUT_KEYS = {"join_timeout", "join-timeout"}
 
 
-class ConvertError(ValueError):
-    """The input is not a PyTorchJob this command can convert."""
-
-
 @dataclass
 class Conversion:
     job: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """What the job printed lacks: it needs editing before it can run (exit status 1)."""
 
     def warn(self, where: str, text: str) -> None:
         self.warnings.append(f"{where}: {text}")
+
+    def error(self, where: str, text: str) -> None:
+        self.errors.append(f"{where}: {text}")
 
 
 def _replicas(spec: dict[str, Any], out: Conversion) -> tuple[dict[str, Any] | None, ...]:
@@ -396,12 +418,7 @@ def _run_policy(
             else:
                 failure["maxRestarts"] = _bounded(value, 0, models.MAX_RESTARTS, at, out)
         elif key == "schedulingPolicy":
-            out.warn(
-                at,
-                "not carried over (gang scheduling, queue, priority class): the operator "
-                "creates no PodGroup; set the pod template's schedulerName and "
-                "priorityClassName, or queue the job with Kueue",
-            )
+            continue  # _scheduling
         else:
             out.warn(at, "not carried over")
     where = f"spec.pytorchReplicaSpecs.{kind}.restartPolicy"
@@ -424,6 +441,92 @@ def _run_policy(
     if failure:
         spec["failurePolicy"] = failure
     spec["runPolicy"] = run_policy
+
+
+# What says which gang scheduler ran a PyTorchJob's PodGroup: the training operator's
+# --gang-scheduler-name did, which the job does not carry; a field only one of them reads, or
+# the template's schedulerName, does.
+_GANG_OF_SCHEDULER = {name: gang for gang, name in scheduling.DEFAULT_SCHEDULER_NAMES.items()}
+
+
+def _scheduling(policy: dict[str, Any], pod: dict[str, Any], out: Conversion) -> None:
+    """runPolicy.schedulingPolicy as spec.scheduling (docs/scheduling.md), and the template's
+    priorityClassName (which the operator's PodGroup takes)."""
+    where = "spec.runPolicy.schedulingPolicy"
+    spec = out.job["spec"]
+    hints: dict[str, str] = {}
+    if policy.get("queue") is not None:
+        hints["Volcano"] = "queue is Volcano's"
+    if policy.get("scheduleTimeoutSeconds") is not None:
+        hints["Coscheduling"] = "scheduleTimeoutSeconds is coscheduling's"
+    named = pod.get("schedulerName")
+    if named in _GANG_OF_SCHEDULER:
+        hints.setdefault(_GANG_OF_SCHEDULER[named], f"the template's schedulerName {named}")
+    if len(hints) == 1:
+        ((gang, why),) = hints.items()
+        result: dict[str, Any] = {"gang": gang}
+        if gang == "Volcano" and policy.get("queue") is not None:
+            result["queue"] = policy["queue"]
+        if gang == "Coscheduling" and policy.get("scheduleTimeoutSeconds") is not None:
+            result["scheduleTimeoutSeconds"] = _bounded(
+                policy["scheduleTimeoutSeconds"],
+                1,
+                models.MAX_TIMEOUT_SECONDS,
+                f"{where}.scheduleTimeoutSeconds",
+                out,
+            )
+        spec["scheduling"] = result
+        out.warn(
+            where,
+            f"spec.scheduling.gang {gang} ({why}): the PyTorchJob's gang scheduler was the "
+            "training operator's --gang-scheduler-name, which the job does not say; check it "
+            "is the one your cluster runs (docs/scheduling.md)",
+        )
+        gang_size, counted = (
+            (spec["elastic"]["minNodes"], "elastic.minNodes")
+            if "elastic" in spec
+            else (spec["nodes"], "nodes")
+        )
+        wanted = policy.get("minAvailable")
+        if wanted is not None and wanted != gang_size:
+            out.warn(
+                f"{where}.minAvailable",
+                f"{wanted} not carried over: the gang is every pod of an attempt, {gang_size} "
+                f"({counted})",
+            )
+    else:
+        both = " (queue is Volcano's, scheduleTimeoutSeconds coscheduling's)" if hints else ""
+        out.warn(
+            where,
+            f"not carried over{both}: the PyTorchJob's gang scheduler was the training "
+            "operator's --gang-scheduler-name, which the job does not say; set "
+            "spec.scheduling.gang (Volcano, Coscheduling or Native) and its fields yourself "
+            "(docs/scheduling.md)",
+        )
+    priority = policy.get("priorityClass")
+    if priority is not None:
+        own = pod.get("priorityClassName")
+        if own is None:
+            pod["priorityClassName"] = priority
+            out.warn(
+                f"{where}.priorityClass",
+                "moved to template.spec.priorityClassName: the pods' priority, and the "
+                "PodGroup's where the operator makes one",
+            )
+        elif own != priority:
+            out.warn(
+                f"{where}.priorityClass",
+                f"{priority} not carried over: the template's priorityClassName {own} is kept",
+            )
+    if policy.get("minResources") is not None:
+        out.warn(
+            f"{where}.minResources",
+            "not carried over: the operator's PodGroup sets no minResources",
+        )
+    known = {"queue", "scheduleTimeoutSeconds", "minAvailable", "priorityClass", "minResources"}
+    for key in policy:
+        if key not in known:
+            out.warn(f"{where}.{key}", "not carried over")
 
 
 def _env(container: dict[str, Any], where: str, out: Conversion) -> None:
@@ -454,6 +557,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
         raise ConvertError(
             f"not a {KUBEFLOW_API_VERSION} {PYTORCHJOB}: {doc.get('apiVersion')} {doc.get('kind')}"
         )
+    convert_parse.check(doc)
     out = Conversion(job={})
     spec = doc.get("spec") or {}
     for key in spec:
@@ -487,7 +591,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
             trainer["command"] = list(entrypoint)
         else:
             trainer["command"] = [TODO_COMMAND]
-            out.warn(
+            out.error(
                 f"{trainer_at}.command",
                 "missing: the image's ENTRYPOINT ran (with args), but a DistributedTrainingJob "
                 "names its command; pass --entrypoint 'python /path/train.py' (what the "
@@ -532,6 +636,9 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
     _run_policy(
         spec.get("runPolicy") or {}, _restart_policy(master, worker, kind, out), kind, job, out
     )
+    policy = (spec.get("runPolicy") or {}).get("schedulingPolicy")
+    if policy is not None:
+        _scheduling(policy, pod, out)
     job_spec["template"] = template
     # Keys in a readable order.
     order = [
@@ -542,6 +649,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
         "rendezvous",
         "failurePolicy",
         "runPolicy",
+        "scheduling",
         "template",
     ]
     job["spec"] = {k: job_spec[k] for k in order if k in job_spec}
@@ -549,18 +657,39 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
 
 
 def documents(text: str) -> list[dict[str, Any]]:
-    """The PyTorchJobs of a YAML or JSON stream (a List's items included)."""
+    """The objects of a YAML or JSON stream (a List's items included), loaded within bounds
+    (convert_input.py)."""
     docs: list[dict[str, Any]] = []
-    for doc in yaml.safe_load_all(text):
+    for doc in load(text):
         if not doc:
             continue
         if not isinstance(doc, dict):
             raise ConvertError("the input is not a Kubernetes object")
         if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            docs.extend(doc["items"])
+            for i, item in enumerate(doc["items"]):
+                if not isinstance(item, dict):
+                    raise ConvertError(
+                        f"items[{i}] of the {doc['kind']} is not a Kubernetes object"
+                    )
+                docs.append(item)
         else:
             docs.append(doc)
     return docs
+
+
+def _say(kind: str, text: str) -> None:
+    """One line on stderr: keys and values from the input may hold newlines or control
+    characters, shown escaped."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    print(f"{kind}: {shown}", file=sys.stderr)
+
+
+def _name(doc: dict[str, Any]) -> str:
+    """The object's kind and name for messages, whatever their types."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    kind = doc.get("kind")
+    return f"{kind if isinstance(kind, str) else '?'} {name if isinstance(name, str) else '?'}"
 
 
 def validate(job: dict[str, Any]) -> str | None:
@@ -596,39 +725,44 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.filename == "-":
-            text = sys.stdin.read()
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)  # more is refused: read no further
         else:
             with open(args.filename) as f:
-                text = f.read()
+                text = f.read(MAX_INPUT_BYTES + 1)
         docs = documents(text)
-    except (OSError, yaml.YAMLError, ConvertError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (OSError, UnicodeDecodeError, ConvertError) as e:
+        _say("error", str(e))
         return 1
     if not docs:
-        print("error: no PyTorchJob in the input", file=sys.stderr)
+        _say("error", "no PyTorchJob in the input")
         return 1
-    entrypoint = shlex.split(args.entrypoint) if args.entrypoint else None
+    try:
+        entrypoint = shlex.split(args.entrypoint) if args.entrypoint else None
+    except ValueError as e:
+        _say("error", f"--entrypoint {args.entrypoint!r}: {e}")
+        return 1
     status = 0
     jobs = []
     for doc in docs:
-        name = (doc.get("metadata") or {}).get("name", "?")
+        what = _name(doc)
         try:
             result = convert(doc, entrypoint)
         except ConvertError as e:
-            print(f"error: {doc.get('kind')} {name}: {e}", file=sys.stderr)
+            _say("error", f"{what}: {e}")
             status = 1
             continue
         for w in result.warnings:
-            print(f"warning: {PYTORCHJOB} {name}: {w}", file=sys.stderr)
+            _say("warning", f"{what}: {w}")
+        for e in result.errors:
+            _say("error", f"{what}: {e}")
+            status = 1
         invalid = validate(result.job)
         if invalid:
-            print(
-                f"error: {PYTORCHJOB} {name}: the result is not a valid "
-                f"{names.KIND} until edited: {invalid}",
-                file=sys.stderr,
-            )
+            _say("error", f"{what}: the result is not a valid {names.KIND} until edited: {invalid}")
             status = 1
         jobs.append(result.job)
+    if not jobs:
+        return status
     if args.output == "json":
         listed = {"apiVersion": "v1", "kind": "List", "items": jobs}
         print(json.dumps(jobs[0] if len(jobs) == 1 else listed, indent=2))
