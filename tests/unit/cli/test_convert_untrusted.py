@@ -108,7 +108,7 @@ def expanded_size(text: str) -> int:
         elif isinstance(event, yaml.ScalarEvent):
             n, anchor = 1, event.anchor
         elif isinstance(event, yaml.AliasEvent):
-            n, anchor = sizes[event.anchor], None
+            n, anchor = sizes[str(event.anchor)], None
         else:
             continue
         if anchor:

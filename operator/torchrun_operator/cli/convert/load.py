@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from .result import ConvertError
+
 MAX_INPUT_BYTES = 1024 * 1024
 """An object in etcd is at most 1.5 MiB; a PyTorchJob is a few KiB."""
 MAX_DEPTH = 100
@@ -31,15 +33,16 @@ MAX_VALUES = 100_000
 has hundreds."""
 
 
-class ConvertError(ValueError):
-    """The input is not a PyTorchJob this command can convert."""
-
-
 class _Loader(yaml.SafeLoader):
     """SafeLoader, but a timestamp is the string it was: Kubernetes reads YAML as JSON."""
 
 
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", yaml.SafeLoader.construct_yaml_str)
+def _timestamp_as_str(loader: _Loader, node: yaml.Node) -> str:
+    assert isinstance(node, yaml.ScalarNode)  # the timestamp tag resolves on scalars only
+    return str(loader.construct_scalar(node))
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_str)
 
 
 def _where(e: yaml.YAMLError) -> str:
@@ -65,7 +68,7 @@ def _measure(text: str) -> None:
         stack: list[list[Any]] = []  # [size so far, anchor] of each open collection
         total = 0
         while loader.check_event():
-            event = loader.get_event()
+            event: yaml.Event = loader.get_event()  # type: ignore[no-untyped-call]
             if isinstance(event, yaml.DocumentStartEvent):
                 sizes = {}  # anchors are the document's own
                 continue
@@ -161,3 +164,24 @@ def load(text: str) -> list[Any]:
     except ValueError as e:  # PyYAML's int() of a number past Python's 4300 digits
         raise ConvertError(f"a number too long to read: {' '.join(str(e).split())[:200]}") from None
     return [_plain(d, "") for d in loaded]
+
+
+def documents(text: str) -> list[dict[str, Any]]:
+    """The objects of a YAML or JSON stream (a List's items included), loaded within bounds
+    (load)."""
+    docs: list[dict[str, Any]] = []
+    for doc in load(text):
+        if not doc:
+            continue
+        if not isinstance(doc, dict):
+            raise ConvertError("the input is not a Kubernetes object")
+        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
+            for i, item in enumerate(doc["items"]):
+                if not isinstance(item, dict):
+                    raise ConvertError(
+                        f"items[{i}] of the {doc['kind']} is not a Kubernetes object"
+                    )
+                docs.append(item)
+        else:
+            docs.append(doc)
+    return docs

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .convert_input import ConvertError
+from .result import ConvertError
 
 
 class _Loose(BaseModel):
