@@ -120,7 +120,7 @@ def run_policy(
             else:
                 failure["maxRestarts"] = bounded(value, 0, models.MAX_RESTARTS, at, out)
         elif key == "schedulingPolicy":
-            continue  # scheduling_policy
+            continue  # scheduling_policy maps it, once nodes and the template are known
         else:
             out.warn(at, "not carried over")
     where = f"spec.pytorchReplicaSpecs.{kind}.restartPolicy"
