@@ -154,6 +154,11 @@ OWNED_FLAG_PREFIXES = (
     "--local_addr",
 )
 
+# The spellings of the flags that take a value, for the CEL rule (api/models.py) that refuses
+# a value that looks like a flag where it sees one: `--role=--nnodes=9`, `-r=--nnodes=3`,
+# `--role --log-dir=x`.
+VALUE_FLAGS = tuple(n for o in LAUNCH_OPTIONS if o.takes_value for n in o.names)
+
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 # Python's own options that take a value (`python -X dev -m torch.distributed.run ...`).
 _PYTHON_VALUE_OPTIONS = {"-W", "-X", "--check-hash-based-pycs"}
@@ -288,6 +293,11 @@ def _is_value(token: str) -> bool:
     )
 
 
+_FLAG_AS_VALUE_FIX = (
+    "give the flag a value that does not start with '-' (a negative number may), or remove it"
+)
+
+
 def parse(argv: Sequence[str]) -> LaunchCommand | None:
     """The command taken apart if it starts with a launcher, else None. Raises
     LaunchCommandError if it starts with one but cannot be taken apart."""
@@ -299,10 +309,23 @@ def parse(argv: Sequence[str]) -> LaunchCommand | None:
     given: list[Given] = []
 
     def take_value(written: str, attached: str | None, at: int) -> tuple[str, int]:
+        # The pod's torchrun gets a handed-on flag's value as a token of its own (passthrough),
+        # where a value starting with "-" reads as a flag: whatever the command gives a flag,
+        # attached or not, must be a value to argparse.
         if attached is not None:
+            if not _is_value(attached):
+                raise LaunchCommandError(
+                    f"{argv[at]} gives {written} a value that looks like a flag ({attached}): "
+                    f"torchrun would read it as one; {_FLAG_AS_VALUE_FIX}"
+                )
             return attached, at
-        if at + 1 >= len(argv) or not _is_value(argv[at + 1]):
+        if at + 1 >= len(argv):
             raise LaunchCommandError(f"{written} needs a value")
+        if not _is_value(argv[at + 1]):
+            raise LaunchCommandError(
+                f"{written} needs a value, and {argv[at + 1]} after it looks like a flag: "
+                f"torchrun would read it as one; {_FLAG_AS_VALUE_FIX}"
+            )
         return argv[at + 1], at + 1
 
     script: str | None = None

@@ -306,10 +306,46 @@ _LAUNCHER_OWNED_FLAGS = Rule(
 )
 
 
+def _cel_flag_as_value_after(start: int) -> str:
+    """CEL: among the first tokens after the launcher (all flags so far), one gives a flag a
+    value starting with "--": attached (`--role=--nnodes=9`, `-r=--nnodes=3`, `-r--x`) or as
+    the next token (`--role --log-dir=x`). The model refuses every value starting with "-"
+    but a negative number; CEL, with startsWith of constants only (a regex over an argument
+    is over the cost budget), the "--" ones, which no number is."""
+    names = launchcmd.VALUE_FLAGS
+    attached = [f"'{n}=--'" for n in names] + [f"'{n}--'" for n in names if not n.startswith("--")]
+    listed = "[" + ", ".join(f"'{n}'" for n in names) + "]"
+    terms = []
+    for i in range(_CEL_LAUNCHER_TOKENS):
+        here, after = _cel_token(start + i), _cel_token(start + i + 1)
+        before = [f"{_cel_token(start + j)}.startsWith('-')" for j in range(i)]
+        bad = (
+            f"([{', '.join(attached)}].exists(p, {here}.startsWith(p)) || "
+            f"({here} in {listed} && {after}.startsWith('--')))"
+        )
+        terms.append("(" + " && ".join([*before, bad]) + ")")
+    return "(" + " || ".join(terms) + ")"
+
+
+_LAUNCHER_FLAG_AS_VALUE = Rule(
+    f"size(self.containers) == 0 || size({_CMD}) == 0 || !("
+    f"(({_CMD}[0] == 'torchrun' || {_CMD}[0].endsWith('/torchrun')) && "
+    f"{_cel_flag_as_value_after(1)}) || "
+    f"({_CEL_PYTHON} && {_cel_token(1)} == '-m' && "
+    f"{_cel_token(2)} in ['torch.distributed.run', 'torch.distributed.launch'] && "
+    f"{_cel_flag_as_value_after(3)}))",
+    "the trainer's command starts with torchrun (or python -m torch.distributed.run or "
+    "launch) and gives one of its flags a value that looks like a flag (as --role=--nnodes=9, "
+    "-r=--nnodes=3 or --role --log-dir=x do): torchrun would read it as one; give the flag a "
+    "value that does not start with '-', or remove it",
+    ".containers",
+)
+
+
 class PodSpec(_Open):
     """The pods' spec, as in a Pod; the operator adds torchrun to the first container."""
 
-    RULES = (_RESERVED_MOUNT, _LAUNCHER_OWNED_FLAGS)
+    RULES = (_RESERVED_MOUNT, _LAUNCHER_OWNED_FLAGS, _LAUNCHER_FLAG_AS_VALUE)
 
     containers: Annotated[list[Container], Field(min_length=1, max_length=MAX_CONTAINERS)]
     """The first container is the trainer; torchrun runs in it."""

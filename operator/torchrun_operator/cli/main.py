@@ -1,5 +1,5 @@
 """kubectl-dtj: list DistributedTrainingJobs, show per-rank status, fetch a rank's logs;
-convert a Kubeflow PyTorchJob (cli/convert.py).
+convert a Kubeflow PyTorchJob (cli/convert/).
 
 On PATH as `kubectl-dtj`, kubectl runs it for `kubectl dtj ...`. This module is the thin I/O
 part: argument parsing and API calls; everything it prints comes from `format`.

@@ -321,6 +321,26 @@ CASES: list[Case] = [
         why="spec.torchrun.maxRestarts says it",
         model_expected="spec.torchrun.maxRestarts",
     ),
+    # ---- a launcher flag whose value looks like a flag: the pod's torchrun would read it as one
+    Case(
+        "torchrun-flag-as-value",
+        {f"{TRAINER}.command": ["torchrun", "--role=--nnodes=9", "t.py"]},
+        "looks like a flag",
+        why="the pod's torchrun would read --nnodes=9 as a flag",
+        model_expected="--role=--nnodes=9 gives --role a value that looks like a flag",
+    ),
+    Case(
+        "torchrun-short-flag-as-value",
+        {f"{TRAINER}.command": ["torchrun", "-r=--nnodes=3", "t.py"]},
+        "looks like a flag",
+        model_expected="-r=--nnodes=3 gives -r a value",
+    ),
+    Case(
+        "torchrun-flag-without-value",
+        {f"{TRAINER}.command": ["torchrun"], f"{TRAINER}.args": ["--role", "--log-dir=/x", "t.py"]},
+        "looks like a flag",
+        model_expected="--role needs a value, and --log-dir=/x after it looks like a flag",
+    ),
     Case("unknown-local-rank-arg", {"spec.torchrun.localRankArg": "--rank"}, "localRankArg"),
     # ---- the job's name
     Case("name-too-long", {"metadata.name": "a" * 62}, "too long"),

@@ -11,6 +11,8 @@ from typing import Any
 
 import jobs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 from torchrun_operator.api import launchcmd
 from torchrun_operator.api.launchcmd import LaunchCommandError, check, parse
@@ -278,6 +280,75 @@ def test_commands_that_cannot_be_taken_apart(command: str, why: str) -> None:
     if "help" not in why:
         with pytest.raises(LaunchCommandError):
             parse(argv)
+
+
+# ---- a flag's value that looks like a flag ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        ("torchrun --role=--nnodes=9 t.py", "--role=--nnodes=9"),
+        ("torchrun -r=--nnodes=3 t.py", "-r=--nnodes=3"),
+        ("torchrun -r--nnodes=3 t.py", "-r--nnodes=3"),
+        ("torchrun --log_dir=--tee=3 t.py", "--log_dir=--tee=3"),
+        ("torchrun --rol=-x t.py", "--rol=-x"),  # an abbreviation, a short flag as the value
+        ("torchrun --nproc-per-node=2 --tee=-r3 t.py", "--tee=-r3"),
+        ("python -m torch.distributed.launch --role=--master_port=1 t.py", "--role"),
+        ("torchrun --role --log-dir=/x t.py", "--role"),  # separate: the next token is a flag
+    ],
+)
+def test_a_value_that_looks_like_a_flag_is_refused(command: str, flag: str) -> None:
+    """The pod's torchrun gets handed-on flags with their values as separate tokens, where a
+    value starting with '-' is read as a flag: `--role=--nnodes=9` would fail in every pod."""
+    argv = shlex.split(command)
+    problem = check(argv, nproc=2 if "nproc" in command else 1, gpus=None)
+    assert problem is not None and flag in problem and "looks like a flag" in problem, problem
+    with pytest.raises(LaunchCommandError):
+        parse(argv)
+
+
+@pytest.mark.parametrize("command", ["torchrun --local-ranks-filter=-1 t.py", "torchrun -r-1 t.py"])
+def test_a_negative_number_is_a_value(command: str) -> None:
+    """argparse takes a negative number for a value (torchrun has no flag that looks like one)."""
+    assert check(shlex.split(command), nproc=1, gpus=None) is None
+
+
+def _torchrun_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for opt in launchcmd.TORCHRUN_OPTIONS:
+        if opt.names == ("-h", "--help"):
+            continue
+        kwargs: dict[str, Any] = {} if opt.takes_value else {"action": "store_true"}
+        parser.add_argument(*opt.names, **kwargs)
+    return parser
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.text(alphabet="-=_:,. 0123456789abnrt", max_size=12),
+    form=st.sampled_from(["--role={}", "--role {}", "-r{}", "-r={}", "-r {}"]),
+)
+def test_every_accepted_value_reaches_torchrun_as_written(value: str, form: str) -> None:
+    """The general rule: whatever value parse() accepts, torchrun's own parser reads back from
+    the handed-on flags; any other is refused with a LaunchCommandError, never passed on."""
+    flag, _, rest = form.partition("{}")
+    head = form.format(value)
+    argv = ["torchrun", *([flag.strip(), value] if form.endswith(" {}") else [head]), "t.py"]
+    try:
+        cmd = parse(argv)
+    except LaunchCommandError:
+        return
+    assert cmd is not None
+    (given_,) = cmd.given
+    try:
+        ns = _torchrun_parser().parse_args(cmd.passthrough)
+    except (argparse.ArgumentError, SystemExit) as e:
+        raise AssertionError(
+            f"{argv} was accepted, but torchrun cannot read {cmd.passthrough}"
+        ) from e
+    read = ns.role if flag.startswith("--role") else ns.redirects
+    assert read == given_.value
 
 
 # ---- a launcher inside a shell command -------------------------------------------------------

@@ -112,12 +112,14 @@ def test_the_echo_examples_rendezvous_flag_goes_and_is_said() -> None:
     )
 
 
-def test_a_missing_command_is_a_placeholder_and_a_warning() -> None:
+def test_a_missing_command_is_a_placeholder_and_an_error() -> None:
     result = convert.convert(load("mnist-pytorch_job_mnist_gloo.yaml"))
     container = result.job["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == [convert.TODO_COMMAND]
     assert list(container)[:4] == ["name", "image", "command", "args"]
-    assert any("--entrypoint" in w for w in result.warnings)
+    (error,) = result.errors
+    assert "--entrypoint" in error
+    assert not any("--entrypoint" in w for w in result.warnings)
 
 
 # ---- the mapping, field by field -------------------------------------------------------------
@@ -192,6 +194,69 @@ def test_run_policy_fields() -> None:
     assert any(w.startswith("spec.runPolicy.schedulingPolicy:") for w in result.warnings)
     assert any(w.startswith("spec.runPolicy.managedBy:") for w in result.warnings)
     JobSpec.model_validate(spec)
+
+
+@pytest.mark.parametrize(
+    ("policy", "scheduler", "scheduling", "says"),
+    [
+        (
+            {"queue": "research", "minAvailable": 4},
+            None,
+            {"gang": "Volcano", "queue": "research"},
+            "Volcano",
+        ),
+        ({"minAvailable": 4}, "volcano", {"gang": "Volcano"}, "schedulerName volcano"),
+        (
+            {"scheduleTimeoutSeconds": 120},
+            None,
+            {"gang": "Coscheduling", "scheduleTimeoutSeconds": 120},
+            "Coscheduling",
+        ),
+        (
+            {"minAvailable": 4},
+            "scheduler-plugins-scheduler",
+            {"gang": "Coscheduling"},
+            "Coscheduling",
+        ),
+        ({"minAvailable": 4}, None, None, "set spec.scheduling.gang"),
+        ({"queue": "q", "scheduleTimeoutSeconds": 60}, None, None, "set spec.scheduling.gang"),
+    ],
+)
+def test_scheduling_policy_becomes_spec_scheduling(
+    policy: dict[str, Any], scheduler: str | None, scheduling: dict[str, Any] | None, says: str
+) -> None:
+    """The PyTorchJob does not say which gang scheduler the training operator ran
+    (--gang-scheduler-name); what is Volcano's or coscheduling's alone says it."""
+    doc = pytorchjob(runPolicy={"schedulingPolicy": policy})
+    if scheduler is not None:
+        for r in doc["spec"]["pytorchReplicaSpecs"].values():
+            r["template"]["spec"]["schedulerName"] = scheduler
+    result = convert.convert(doc)
+    spec = result.job["spec"]
+    assert spec.get("scheduling") == scheduling
+    (said,) = [w for w in result.warnings if w.startswith("spec.runPolicy.schedulingPolicy:")]
+    assert says in said and "creates no PodGroup" not in said
+    JobSpec.model_validate(spec)
+
+
+def test_scheduling_policy_priority_and_min_available() -> None:
+    policy = {"queue": "q", "minAvailable": 2, "priorityClass": "high", "minResources": {"cpu": 8}}
+    result = convert.convert(pytorchjob(runPolicy={"schedulingPolicy": policy}))
+    spec = result.job["spec"]
+    assert spec["template"]["spec"]["priorityClassName"] == "high"
+    text = "\n".join(result.warnings)
+    for said in ("schedulingPolicy.minAvailable", "schedulingPolicy.minResources", "priorityClass"):
+        assert said in text
+    # the template's own priority class wins, and is said to
+    doc = pytorchjob(runPolicy={"schedulingPolicy": {"queue": "q", "priorityClass": "high"}})
+    for r in doc["spec"]["pytorchReplicaSpecs"].values():
+        r["template"]["spec"]["priorityClassName"] = "low"
+    result = convert.convert(doc)
+    assert result.job["spec"]["template"]["spec"]["priorityClassName"] == "low"
+    assert any("priorityClass" in w and "low" in w for w in result.warnings)
+    # minAvailable equal to the gang's size needs no word
+    doc = pytorchjob(runPolicy={"schedulingPolicy": {"queue": "q", "minAvailable": 4}})
+    assert not any("minAvailable" in w for w in convert.convert(doc).warnings)
 
 
 @pytest.mark.parametrize(

@@ -1,45 +1,17 @@
-"""kubectl dtj convert: a Kubeflow PyTorchJob (kubeflow.org/v1) as a DistributedTrainingJob.
-
-    kubectl dtj convert -f pytorchjob.yaml > job.yaml     (or from stdin: -f - or no -f)
-
-Prints the equivalent DistributedTrainingJob YAML on stdout and, on stderr, a warning for
-every field it cannot carry over or whose meaning changes: nothing is dropped silently. The
-mapping and its reasons are in docs/migrating.md; in short:
-
-- Master + Worker replicas -> nodes; the Master's pod template (the Worker's without a
-  Master) -> template, warning where the Worker's differs;
-- nprocPerNode (or elasticPolicy.nProcPerNode, or the command's --nproc-per-node) ->
-  nprocPerNode, "auto" -> "gpu" with a GPU limit; a command without torchrun ran one process
-  per pod, and still does (nprocPerNode: 1);
-- elasticPolicy: minReplicas/maxReplicas -> elastic.minNodes/maxNodes, maxRestarts ->
-  torchrun.maxRestarts, rdzvPort -> rendezvous.port, rdzvConf join_timeout ->
-  rendezvous.joinTimeoutSeconds;
-- runPolicy: cleanPodPolicy None -> KeepAll, All -> Delete, Running -> KeepFailed;
-  ttlSecondsAfterFinished, activeDeadlineSeconds and suspend as they are; backoffLimit ->
-  failurePolicy.maxRestarts;
-- restartPolicy: ExitCode is this operator's own rule (exit 1-127 fails the job, 128-255 and
-  signals restart it); OnFailure and Always restarted on any failure, which here only
-  infrastructure failures do (a warning says so); Never -> failurePolicy.maxRestarts: 0;
-- a launcher in the command stays (the operator unwraps it), less the flags the spec now says.
-
-The conversion is pure (`convert`); `main` reads and prints.
-"""
+"""A PyTorchJob as a DistributedTrainingJob: its replicas, template, command and
+nprocPerNode here, its policies in policies.py. Pure: data in (checked by parse.py), a
+Conversion out."""
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import re
-import shlex
-import sys
-from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-from pydantic import ValidationError
-
 from torchrun_operator.api import launchcmd, models, names
+
+from . import parse, policies
+from .result import Conversion, ConvertError, bounded
 
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"
 PYTORCHJOB = "PyTorchJob"
@@ -63,20 +35,6 @@ _SERVER_METADATA = {
 }
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_JOIN_TIMEOUT_KEYS = {"join_timeout", "join-timeout"}
-
-
-class ConvertError(ValueError):
-    """The input is not a PyTorchJob this command can convert."""
-
-
-@dataclass
-class Conversion:
-    job: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-
-    def warn(self, where: str, text: str) -> None:
-        self.warnings.append(f"{where}: {text}")
 
 
 def _replicas(spec: dict[str, Any], out: Conversion) -> tuple[dict[str, Any] | None, ...]:
@@ -116,17 +74,6 @@ def _differences(a: Any, b: Any, path: str) -> list[str]:
             out += _differences(x, y, f"{path}[{i}]")
         return out
     return [] if a == b else [path or "(the whole template)"]
-
-
-def _bounded(value: Any, low: int, high: int, where: str, out: Conversion) -> int:
-    n = int(value)
-    if n < low or n > high:
-        clamped = min(max(n, low), high)
-        out.warn(
-            where, f"{n} is outside {low}..{high}, the bounds of the operator's API: {clamped}"
-        )
-        return clamped
-    return n
 
 
 def _metadata(meta: dict[str, Any], out: Conversion) -> dict[str, Any]:
@@ -283,147 +230,9 @@ def _nproc(
         )
         return 1
     if value.isdigit() and int(value) >= 1:
-        return _bounded(value, 1, models.MAX_PROCS_PER_NODE, where or "nprocPerNode", out)
+        return bounded(value, 1, models.MAX_PROCS_PER_NODE, where or "nprocPerNode", out)
     out.warn(where, f"{value!r} has no counterpart here: nprocPerNode is 1, set it yourself")
     return 1
-
-
-def _elastic(
-    elastic: dict[str, Any], nodes: int, workers: int, job: dict[str, Any], out: Conversion
-) -> int:
-    """Fills spec.elastic, torchrun.maxRestarts and rendezvous from elasticPolicy; returns
-    nodes (clamped into the elastic bounds)."""
-    where = "spec.elasticPolicy"
-    spec = job["spec"]
-    lo, hi = elastic.get("minReplicas"), elastic.get("maxReplicas")
-    lo, hi = (lo if lo is not None else hi), (hi if hi is not None else lo)
-    if lo is None or hi is None:
-        lo = hi = workers
-    lo = _bounded(lo, 1, models.MAX_NODES, f"{where}.minReplicas", out)
-    hi = _bounded(hi, lo, models.MAX_NODES, f"{where}.maxReplicas", out)
-    if not lo <= nodes <= hi:
-        clamped = min(max(nodes, lo), hi)
-        out.warn(
-            f"{where}",
-            f"the job's {nodes} replicas lie outside minReplicas..maxReplicas ({lo}..{hi}): "
-            f"nodes is {clamped}",
-        )
-        nodes = clamped
-    if lo < hi:
-        spec["elastic"] = {"minNodes": lo, "maxNodes": hi}
-    for key, value in elastic.items():
-        if key in ("minReplicas", "maxReplicas", "nProcPerNode"):
-            continue
-        at = f"{where}.{key}"
-        if key == "maxRestarts":
-            spec.setdefault("torchrun", {})["maxRestarts"] = _bounded(
-                value, 0, models.MAX_RESTARTS, at, out
-            )
-        elif key == "rdzvBackend":
-            if value != "c10d":
-                out.warn(at, f"{value!r} not carried over: the operator runs c10d on pod 0")
-        elif key == "rdzvPort":
-            spec.setdefault("rendezvous", {})["port"] = _bounded(value, 1, 65535, at, out)
-        elif key == "rdzvConf":
-            for item in value or []:
-                k, v = str(item.get("key")), item.get("value")
-                if k in _JOIN_TIMEOUT_KEYS and str(v).isdigit():
-                    spec.setdefault("rendezvous", {})["joinTimeoutSeconds"] = _bounded(
-                        v, 1, models.MAX_TIMEOUT_SECONDS, at, out
-                    )
-                else:
-                    out.warn(at, f"{k}={v} not carried over: the operator owns the rendezvous")
-        elif key == "metrics":
-            out.warn(
-                at,
-                "not carried over: the operator creates no HorizontalPodAutoscaler; an elastic "
-                "job may change spec.nodes within elastic.minNodes..maxNodes",
-            )
-        elif key in ("rdzvHost", "rdzvId", "standalone"):
-            out.warn(at, "not carried over: the operator's c10d rendezvous is hosted by pod 0")
-        else:
-            out.warn(at, "not carried over")
-    return nodes
-
-
-def _restart_policy(
-    master: dict[str, Any] | None, worker: dict[str, Any] | None, kind: str, out: Conversion
-) -> str:
-    policies = {
-        k: (r.get("restartPolicy") or "OnFailure")
-        for k, r in (("Master", master), ("Worker", worker))
-        if r is not None
-    }
-    policy = policies[kind]
-    if len(set(policies.values())) > 1:
-        out.warn(
-            "spec.pytorchReplicaSpecs.Worker.restartPolicy",
-            f"{policies['Worker']} differs from the Master's {policies['Master']}: the "
-            "job follows the Master's",
-        )
-    return policy
-
-
-def _run_policy(
-    run: dict[str, Any], restart_policy: str, kind: str, job: dict[str, Any], out: Conversion
-) -> None:
-    spec = job["spec"]
-    run_policy: dict[str, Any] = {}
-    failure: dict[str, Any] = {}
-    clean = run.get("cleanPodPolicy") or "None"
-    run_policy["cleanPodPolicy"] = {"None": "KeepAll", "All": "Delete"}.get(clean, "KeepFailed")
-    if clean == "Running":
-        out.warn(
-            "spec.runPolicy.cleanPodPolicy",
-            "Running -> KeepFailed: the pods still running at the end are deleted, as before, "
-            "and so are the succeeded ones; the failed ones are kept",
-        )
-    elif clean not in ("None", "All"):
-        out.warn("spec.runPolicy.cleanPodPolicy", f"{clean!r} is unknown: KeepFailed")
-    for key, value in run.items():
-        at = f"spec.runPolicy.{key}"
-        if key == "cleanPodPolicy" or value is None:
-            continue
-        if key == "ttlSecondsAfterFinished":
-            run_policy[key] = _bounded(value, 0, models.MAX_DURATION_SECONDS, at, out)
-        elif key == "activeDeadlineSeconds":
-            run_policy[key] = _bounded(value, 1, models.MAX_DURATION_SECONDS, at, out)
-        elif key == "suspend":
-            run_policy["suspend"] = bool(value)
-        elif key == "backoffLimit":
-            if restart_policy == "Never":
-                out.warn(at, "not carried over: restartPolicy Never restarts nothing")
-            else:
-                failure["maxRestarts"] = _bounded(value, 0, models.MAX_RESTARTS, at, out)
-        elif key == "schedulingPolicy":
-            out.warn(
-                at,
-                "not carried over (gang scheduling, queue, priority class): the operator "
-                "creates no PodGroup; set the pod template's schedulerName and "
-                "priorityClassName, or queue the job with Kueue",
-            )
-        else:
-            out.warn(at, "not carried over")
-    where = f"spec.pytorchReplicaSpecs.{kind}.restartPolicy"
-    if restart_policy == "Never":
-        failure["maxRestarts"] = 0
-    elif restart_policy in ("OnFailure", "Always"):
-        budget = failure.get("maxRestarts", models.FailurePolicy().max_restarts)
-        unset = "backoffLimit" not in run or run["backoffLimit"] is None
-        out.warn(
-            where,
-            f"{restart_policy} restarted a pod after any failure"
-            + (" (no backoffLimit: without limit)" if unset else "")
-            + ". Here a failure of the training program (an exception, an exit code of 1 to "
-            "127) fails the job; lost pods and nodes, signals and exit codes of 128 to 255 "
-            f"restart the whole gang, at most {budget} times (failurePolicy.maxRestarts). List "
-            "exit codes under failurePolicy.retryableExitCodes to restart on them too",
-        )
-    elif restart_policy != "ExitCode":
-        out.warn(where, f"{restart_policy!r} is unknown: failurePolicy keeps its defaults")
-    if failure:
-        spec["failurePolicy"] = failure
-    spec["runPolicy"] = run_policy
 
 
 def _env(container: dict[str, Any], where: str, out: Conversion) -> None:
@@ -454,6 +263,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
         raise ConvertError(
             f"not a {KUBEFLOW_API_VERSION} {PYTORCHJOB}: {doc.get('apiVersion')} {doc.get('kind')}"
         )
+    parse.check(doc)
     out = Conversion(job={})
     spec = doc.get("spec") or {}
     for key in spec:
@@ -487,7 +297,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
             trainer["command"] = list(entrypoint)
         else:
             trainer["command"] = [TODO_COMMAND]
-            out.warn(
+            out.error(
                 f"{trainer_at}.command",
                 "missing: the image's ENTRYPOINT ran (with args), but a DistributedTrainingJob "
                 "names its command; pass --entrypoint 'python /path/train.py' (what the "
@@ -514,7 +324,7 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
     job_spec = job["spec"]
     job_spec["nodes"] = nodes
     if spec.get("elasticPolicy") is not None:
-        job_spec["nodes"] = _elastic(elastic, nodes, _count(worker), job, out)
+        job_spec["nodes"] = policies.elastic(elastic, nodes, _count(worker), job, out)
     job_spec["nprocPerNode"] = _nproc(
         spec, elastic, taken.get("--nproc-per-node"), is_launcher, _gpu_limit(trainer), out
     )
@@ -528,10 +338,17 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
             )
         value = str(taken["--max-restarts"])
         if value.isdigit():
-            torchrun["maxRestarts"] = _bounded(value, 0, models.MAX_RESTARTS, trainer_at, out)
-    _run_policy(
-        spec.get("runPolicy") or {}, _restart_policy(master, worker, kind, out), kind, job, out
+            torchrun["maxRestarts"] = bounded(value, 0, models.MAX_RESTARTS, trainer_at, out)
+    policies.run_policy(
+        spec.get("runPolicy") or {},
+        policies.restart_policy(master, worker, kind, out),
+        kind,
+        job,
+        out,
     )
+    policy = (spec.get("runPolicy") or {}).get("schedulingPolicy")
+    if policy is not None:
+        policies.scheduling_policy(policy, pod, out)
     job_spec["template"] = template
     # Keys in a readable order.
     order = [
@@ -542,96 +359,8 @@ def convert(doc: dict[str, Any], entrypoint: list[str] | None = None) -> Convers
         "rendezvous",
         "failurePolicy",
         "runPolicy",
+        "scheduling",
         "template",
     ]
     job["spec"] = {k: job_spec[k] for k in order if k in job_spec}
     return out
-
-
-def documents(text: str) -> list[dict[str, Any]]:
-    """The PyTorchJobs of a YAML or JSON stream (a List's items included)."""
-    docs: list[dict[str, Any]] = []
-    for doc in yaml.safe_load_all(text):
-        if not doc:
-            continue
-        if not isinstance(doc, dict):
-            raise ConvertError("the input is not a Kubernetes object")
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            docs.extend(doc["items"])
-        else:
-            docs.append(doc)
-    return docs
-
-
-def validate(job: dict[str, Any]) -> str | None:
-    """Why the converted job is not a valid DistributedTrainingJob, None if it is."""
-    try:
-        models.JobSpec.model_validate(job["spec"])
-    except ValidationError as e:
-        return "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}" for err in e.errors()
-        )
-    return None
-
-
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "convert",
-        help="print a Kubeflow PyTorchJob as a DistributedTrainingJob",
-        description="Print the DistributedTrainingJob equivalent to a Kubeflow PyTorchJob "
-        "(kubeflow.org/v1); what cannot be carried over is listed on stderr "
-        "(docs/migrating.md).",
-    )
-    p.add_argument(
-        "-f", "--filename", default="-", help="the PyTorchJob's YAML or JSON (default: stdin)"
-    )
-    p.add_argument(
-        "--entrypoint",
-        help="the command the image's ENTRYPOINT runs, for a container without one, e.g. "
-        "'python /opt/mnist/src/mnist.py'",
-    )
-    p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        if args.filename == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.filename) as f:
-                text = f.read()
-        docs = documents(text)
-    except (OSError, yaml.YAMLError, ConvertError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    if not docs:
-        print("error: no PyTorchJob in the input", file=sys.stderr)
-        return 1
-    entrypoint = shlex.split(args.entrypoint) if args.entrypoint else None
-    status = 0
-    jobs = []
-    for doc in docs:
-        name = (doc.get("metadata") or {}).get("name", "?")
-        try:
-            result = convert(doc, entrypoint)
-        except ConvertError as e:
-            print(f"error: {doc.get('kind')} {name}: {e}", file=sys.stderr)
-            status = 1
-            continue
-        for w in result.warnings:
-            print(f"warning: {PYTORCHJOB} {name}: {w}", file=sys.stderr)
-        invalid = validate(result.job)
-        if invalid:
-            print(
-                f"error: {PYTORCHJOB} {name}: the result is not a valid "
-                f"{names.KIND} until edited: {invalid}",
-                file=sys.stderr,
-            )
-            status = 1
-        jobs.append(result.job)
-    if args.output == "json":
-        listed = {"apiVersion": "v1", "kind": "List", "items": jobs}
-        print(json.dumps(jobs[0] if len(jobs) == 1 else listed, indent=2))
-    else:
-        print("---\n".join(yaml.safe_dump(j, sort_keys=False) for j in jobs), end="")
-    return status

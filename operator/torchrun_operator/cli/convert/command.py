@@ -1,0 +1,101 @@
+"""The command line of kubectl dtj convert: reads, converts, prints; one line per warning or
+error on stderr, exit status 1 for any error."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+import yaml
+
+from torchrun_operator.api import names
+
+from .load import MAX_INPUT_BYTES, documents
+from .mapping import convert
+from .result import ConvertError, validate
+
+
+def _say(kind: str, text: str) -> None:
+    """One line on stderr: keys and values from the input may hold newlines or control
+    characters, shown escaped."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    print(f"{kind}: {shown}", file=sys.stderr)
+
+
+def _name(doc: dict[str, Any]) -> str:
+    """The object's kind and name for messages, whatever their types."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    kind = doc.get("kind")
+    return f"{kind if isinstance(kind, str) else '?'} {name if isinstance(name, str) else '?'}"
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="print a Kubeflow PyTorchJob as a DistributedTrainingJob",
+        description="Print the DistributedTrainingJob equivalent to a Kubeflow PyTorchJob "
+        "(kubeflow.org/v1); what cannot be carried over is listed on stderr "
+        "(docs/migrating.md).",
+    )
+    p.add_argument(
+        "-f", "--filename", default="-", help="the PyTorchJob's YAML or JSON (default: stdin)"
+    )
+    p.add_argument(
+        "--entrypoint",
+        help="the command the image's ENTRYPOINT runs, for a container without one, e.g. "
+        "'python /opt/mnist/src/mnist.py'",
+    )
+    p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.filename == "-":
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)  # more is refused: read no further
+        else:
+            with open(args.filename) as f:
+                text = f.read(MAX_INPUT_BYTES + 1)
+        docs = documents(text)
+    except (OSError, UnicodeDecodeError, ConvertError) as e:
+        _say("error", str(e))
+        return 1
+    if not docs:
+        _say("error", "no PyTorchJob in the input")
+        return 1
+    try:
+        entrypoint = shlex.split(args.entrypoint) if args.entrypoint else None
+    except ValueError as e:
+        _say("error", f"--entrypoint {args.entrypoint!r}: {e}")
+        return 1
+    status = 0
+    jobs = []
+    for doc in docs:
+        what = _name(doc)
+        try:
+            result = convert(doc, entrypoint)
+        except ConvertError as e:
+            _say("error", f"{what}: {e}")
+            status = 1
+            continue
+        for w in result.warnings:
+            _say("warning", f"{what}: {w}")
+        for err in result.errors:
+            _say("error", f"{what}: {err}")
+            status = 1
+        invalid = validate(result.job)
+        if invalid:
+            _say("error", f"{what}: the result is not a valid {names.KIND} until edited: {invalid}")
+            status = 1
+        jobs.append(result.job)
+    if not jobs:
+        return status
+    if args.output == "json":
+        listed = {"apiVersion": "v1", "kind": "List", "items": jobs}
+        print(json.dumps(jobs[0] if len(jobs) == 1 else listed, indent=2))
+    else:
+        print("---\n".join(yaml.safe_dump(j, sort_keys=False) for j in jobs), end="")
+    return status
