@@ -460,9 +460,9 @@ class Controller:
         assert self.kueue is not None
         meta = job["metadata"]
         key = (meta["namespace"], meta["name"])
-        left = kueue_admission.pods_left(self.pods.pods(key), meta["uid"])
+        pods = self.pods.pods(key)
         now = self._clock().timestamp()
-        actions = kueue_admission.workload_actions(job, plan.status, workload, left, now, priority)
+        actions = kueue_admission.workload_actions(job, plan.status, workload, pods, now, priority)
         for action in actions:
             log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")
             got = self.kueue.apply(meta["namespace"], workload, action)

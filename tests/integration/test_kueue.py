@@ -153,10 +153,15 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
 
 
 def queued_job(
-    kube: client.ApiClient, ns: str, name: str, seconds: float, priority: str | None = None
+    kube: client.ApiClient,
+    ns: str,
+    name: str,
+    seconds: float,
+    priority: str | None = None,
+    **spec: Any,
 ) -> dict[str, Any]:
     """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
-    low or high."""
+    low or high; `spec`: more fields of the spec."""
     labels = {"kueue.x-k8s.io/queue-name": "q"}
     if priority is not None:
         labels["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
@@ -173,6 +178,7 @@ def queued_job(
         rendezvous={"joinTimeoutSeconds": 90},
         # No restart allowed: an eviction that spent the budget would fail the job.
         failurePolicy={"maxRestarts": 0},
+        **spec,
     )
     return apply(kube, ns, docs)
 
@@ -264,6 +270,40 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
     assert second["status"]["phase"] == "Succeeded", second["status"]
     assert condition(second, "Admitted")["status"] == "True"
     assert all(p.spec.node_name == "node-1" for p in job_pods(kube, ns, "second"))
+
+
+@pytest.mark.usefixtures("kueue_operator")
+def test_a_finished_job_frees_its_quota_only_once_its_pods_stopped(
+    kube: client.ApiClient, namespace: str, queue: str
+) -> None:
+    """Issue 25, item 7: the Workload was marked Finished (Kueue frees the quota) as soon as
+    the job ended, with its pods still running, and Kueue admitted the next job onto the
+    resources they held. Here the first job fails by its deadline and cleanPodPolicy KeepAll
+    keeps its pods running until their script ends; the second gets pods only after that."""
+    ns = namespace
+    policy = {"activeDeadlineSeconds": 8, "cleanPodPolicy": "KeepAll"}
+    queued_job(kube, ns, "first", 45, runPolicy=policy)
+    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
+    queued_job(kube, ns, "second", 1)
+    wait_phase(kube, ns, "second", {"Queued"}, 60)
+
+    failed = wait_phase(kube, ns, "first", {"Succeeded", "Failed"}, 120)
+    assert failed["status"]["phase"] == "Failed", failed["status"]
+    assert condition(failed, "Failed")["reason"] == "DeadlineExceeded"
+    # The premise: the job has failed and its pods still run (they sleep 45 s, the deadline
+    # fired at 8 s), so they still use the quota.
+    still = [p.status.phase for p in job_pods(kube, ns, "first")]
+    assert "Running" in still, still
+
+    wait_for("the second job's pods", lambda: job_pods(kube, ns, "second"), 240)
+    # Once the second job was admitted, not one pod of the first runs any more.
+    phases = {p.metadata.name: p.status.phase for p in job_pods(kube, ns, "first")}
+    assert sorted(phases) == ["first-0", "first-1"], phases  # KeepAll
+    assert set(phases.values()) <= {"Succeeded", "Failed"}, phases
+    finished = wait_workload(kube, ns, "first", "Finished", "True")
+    assert condition(finished, "Finished")["reason"] == "Failed"
+    second = wait_phase(kube, ns, "second", {"Succeeded", "Failed"}, 240)
+    assert second["status"]["phase"] == "Succeeded", second["status"]
 
 
 @pytest.mark.usefixtures("kueue_operator")

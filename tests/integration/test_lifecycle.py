@@ -182,6 +182,37 @@ def test_clean_pod_policy_leaves_the_right_pods(kube: client.ApiClient, namespac
         )
 
 
+def test_a_spec_made_invalid_on_a_running_job_fails_it_and_cleans_up_as_any_failure(
+    kube: client.ApiClient, namespace: str
+) -> None:
+    """Issue 25, item 6: InvalidSpec on a running job left its pods running and ignored the
+    TTL. The apiserver admits a trainer command whose torchrun flag takes its value as a
+    separate token (CEL cannot tell where the script starts; docs/migrating.md), in the write
+    that suspends the job (the template may change only then); the model refuses it."""
+    apply(kube, namespace, scripted("turned", ["sleep", "3600"]))
+    wait_phase(kube, namespace, "turned", {"Running"}, timeout=120)
+    assert len(live_pods(kube, namespace, "turned")) == 2
+
+    template = get_job(kube, namespace, "turned")["spec"]["template"]
+    trainer = template["spec"]["containers"][0]
+    trainer["command"] = ["torchrun", "--nproc-per-node", "1", "--nnodes", "2", "job.py"]
+    trainer.pop("args", None)
+    patch_spec(
+        kube,
+        namespace,
+        "turned",
+        {"template": template, "runPolicy": {"suspend": True, "ttlSecondsAfterFinished": 5}},
+    )
+    status = wait_phase(kube, namespace, "turned", {"Failed"}, timeout=60)["status"]
+    failed = cond(status, "Failed")
+    assert failed["reason"] == "InvalidSpec" and "--nnodes 2" in failed["message"], failed
+    assert cond(status, "Running")["status"] == "False"
+    # Its pods go per cleanPodPolicy (KeepFailed: neither ran into a failure), then the job
+    # goes by its TTL.
+    wait_for("the pods to be deleted", lambda: not job_pods(kube, namespace, "turned"), 60)
+    wait_for("the job deleted by its TTL", lambda: job_gone(kube, namespace, "turned"), 60)
+
+
 def test_suspend_deletes_pods_keeps_status_and_resume_starts_a_new_attempt(
     kube: client.ApiClient, namespace: str
 ) -> None:

@@ -176,3 +176,33 @@ def test_a_refused_cleanup_list_is_shown_too() -> None:
         in (blocked["message"])
     )
     assert h.api.pods() == {}
+
+
+def test_a_podgroup_whose_name_is_taken_then_free_is_made_before_any_pod() -> None:
+    """A create answered 409 whose object is gone when read back (404: a namesake being
+    deleted) made nothing: it is created again, and no pod starts before it exists (issue
+    25, item 9: the attempt ran without its PodGroup)."""
+    h, fake = harness("Coscheduling")
+    real_create = fake.create_namespaced_custom_object
+    vanishing = {"left": 10**6}  # creates still answered 409 by a namesake on its way out
+
+    def create(group: str, version: str, ns: str, plural: str, body: Obj, **kw: Any) -> Any:
+        if vanishing["left"] > 0:
+            vanishing["left"] -= 1
+            h.api.calls.append(("create", f"{body['kind']}/{body['metadata']['name']}"))
+            raise ApiException(status=409, reason="AlreadyExists")
+        return real_create(group, version, ns, plural, body, **kw)
+
+    fake.create_namespaced_custom_object = create  # type: ignore[method-assign]
+    h.sync()
+    h.sync(0.5)
+    assert h.api.pods() == {}, "no pod starts without its gang"
+    blocked = next(c for c in h.status["conditions"] if c["type"] == "Blocked")
+    assert blocked["status"] == "True" and "(409) and then free (404)" in blocked["message"]
+
+    vanishing["left"] = 1  # the namesake is gone after one more conflict
+    h.ctrl._refused["job-uid"]["(gang)"] = ("", 0.0, 1)  # the back-off has passed
+    h.sync(5)
+    h.sync(1)
+    assert fake.names() == {"job-a0"}
+    assert set(h.api.pods()) == {"job-0", "job-1"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_controller import Harness, make_job, running
+from test_controller import Harness, make_job, running, terminated
 from torchrun_operator.kube.cache import PodCache
 from torchrun_operator.reconcile.admission import WorkloadAction
 from torchrun_operator.render import kueue
@@ -63,8 +63,8 @@ ADMISSION = {
 ADMITTED = (("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"))
 
 
-def harness() -> tuple[Harness, FakeKueue]:
-    job = make_job()
+def harness(**spec: Any) -> tuple[Harness, FakeKueue]:
+    job = make_job(**spec)
     job["metadata"]["labels"] = {kueue.QUEUE_LABEL: "q"}
     h = Harness(job)
     fake = FakeKueue(h)
@@ -146,3 +146,51 @@ def test_a_refused_status_write_touches_no_workload() -> None:
     h.sync()
     assert fake.workload is None
     assert ("create", "Workload") not in h.api.calls
+
+
+def finished(fake: FakeKueue) -> bool:
+    assert fake.workload is not None
+    conds = fake.workload["status"].get("conditions") or []
+    return any(c["type"] == "Finished" and c["status"] == "True" for c in conds)
+
+
+def test_a_failed_job_finishes_its_workload_only_once_its_pods_are_gone() -> None:
+    """Issue 25, item 7: Finished frees the quota; marked while the pods still ran, Kueue
+    admitted the next job onto GPUs still in use."""
+    h, fake = harness(runPolicy={"activeDeadlineSeconds": 10})
+    h.sync()
+    fake.kueue_says(*ADMITTED, admission=ADMISSION)
+    h.sync()
+    for name in list(h.api.pods()):
+        h.api.set_pod(name, running())
+    h.sync()
+    assert h.status["phase"] == "Running"
+
+    h.api.calls.clear()
+    h.sync(11)  # the deadline passed: Failed, and the running pods are deleted (KeepFailed)
+    assert h.status["phase"] == "Failed"
+    assert len([c for c in h.api.calls if c[0] == "delete"]) == 2
+    # The pods were cached (running) when the plan was applied: the quota stays held.
+    assert not finished(fake)
+    h.sync()  # the pod watch saw them go
+    assert finished(fake)
+
+
+def test_pods_kept_running_by_keepall_hold_the_quota_until_they_end() -> None:
+    h, fake = harness(runPolicy={"activeDeadlineSeconds": 10, "cleanPodPolicy": "KeepAll"})
+    h.sync()
+    fake.kueue_says(*ADMITTED, admission=ADMISSION)
+    h.sync()
+    for name in list(h.api.pods()):
+        h.api.set_pod(name, running())
+    h.sync()
+    h.sync(11)
+    assert h.status["phase"] == "Failed" and set(h.api.pods()) == {"job-0", "job-1"}
+    h.sync()
+    assert not finished(fake)
+    h.api.set_pod("job-0", terminated(137, reason="Error"))
+    h.sync()
+    assert not finished(fake), "job-1 still runs"
+    h.api.set_pod("job-1", terminated(0))
+    h.sync()
+    assert finished(fake)

@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 
+# Creates of one gang object per sync while each is answered 409 and the object is then gone.
+CREATE_TRIES = 3
+
 
 def _controller_uid(obj: Obj) -> str | None:
     for ref in obj.get("metadata", {}).get("ownerReferences") or []:
@@ -72,24 +75,37 @@ class GangObjects:
         self._done[uid] = key
 
     def _create(self, ns: str, uid: str, kind: Kind, obj: Obj) -> None:
+        """Done once the object exists and is the job's. A 409 whose object is then gone
+        (404: it was being deleted, e.g. a predecessor's under the same name) made nothing:
+        the create is tried again, at most CREATE_TRIES times, then the sync fails and the
+        next reconcile tries again; the pods never start without it."""
         name = obj["metadata"]["name"]
         what = f"{kind.kind} {ns}/{name} ({kind.api_version})"
-        try:
-            self.custom.create_namespaced_custom_object(
-                kind.group, kind.version, ns, kind.plural, obj, _preload_content=False
-            )
-            metrics.count_api_call("create", kind.kind.lower(), 201)
+        for _ in range(CREATE_TRIES):
+            try:
+                self.custom.create_namespaced_custom_object(
+                    kind.group, kind.version, ns, kind.plural, obj, _preload_content=False
+                )
+                metrics.count_api_call("create", kind.kind.lower(), 201)
+                return
+            except ApiException as e:
+                metrics.count_api_call("create", kind.kind.lower(), e.status or 0)
+                if e.status != 409:
+                    raise GangRefused(
+                        f"creating {what} refused ({e.status}): {api_message(e)}"
+                    ) from e
+            try:
+                existing = self._get(ns, kind, name)
+            except ApiException as e:
+                raise GangRefused(f"reading {what} refused ({e.status}): {api_message(e)}") from e
+            if existing is None:
+                continue
+            if _controller_uid(existing) != uid:
+                raise GangRefused(f"{what} exists and is not this job's; delete or rename it")
             return
-        except ApiException as e:
-            metrics.count_api_call("create", kind.kind.lower(), e.status or 0)
-            if e.status != 409:
-                raise GangRefused(f"creating {what} refused ({e.status}): {api_message(e)}") from e
-        try:
-            existing = self._get(ns, kind, name)
-        except ApiException as e:
-            raise GangRefused(f"reading {what} refused ({e.status}): {api_message(e)}") from e
-        if existing is not None and _controller_uid(existing) != uid:
-            raise GangRefused(f"{what} exists and is not this job's; delete or rename it")
+        raise GangRefused(
+            f"creating {what}: the name was taken (409) and then free (404), {CREATE_TRIES} times"
+        )
 
     def _get(self, ns: str, kind: Kind, name: str) -> Obj | None:
         try:

@@ -9,7 +9,7 @@ Two questions, asked on every reconcile of a job queued through Kueue (docs/sche
   integrations do for their jobs: create it; replace it when the job changed while it waited;
   deactivate it while runPolicy.suspend is true (Kueue then evicts it and its quota is freed);
   after an eviction, once every pod is gone, clear its quota reservation so that Kueue can
-  queue it again; mark it Finished when the job ends.
+  queue it again; mark it Finished when the job ends and none of its pods runs any more.
 """
 
 from __future__ import annotations
@@ -131,22 +131,25 @@ def workload_actions(
     job: Mapping[str, Any],
     status: Mapping[str, Any],
     workload: Mapping[str, Any] | None,
-    pods_left: int,
+    pods: Sequence[Mapping[str, Any]],
     now: float,
     priority: int | None = None,
 ) -> list[WorkloadAction]:
-    """`status`: the job's status as just planned (and written); `pods_left`: the job's pods
-    (any attempt) that still exist, terminating ones included; `priority`: as for admission()
-    (read only while there is no Workload)."""
+    """`status`: the job's status as just planned (and written); `pods`: the pods observed
+    under the job's name (any attempt, terminating ones included; only the job's own count);
+    `priority`: as for admission() (read only while there is no Workload). The quota is given
+    back (Finished, or released after an eviction) only once the pods holding it stopped:
+    Kueue would otherwise admit another job onto resources still in use."""
     queued = kueue.queue_name(job) is not None
     if not queued:
         # The label was removed: the job no longer waits for Kueue, nor holds its quota.
         return [WorkloadAction("delete", why="the job has no queue-name label")] if workload else []
     finished = status.get("phase") in ("Succeeded", "Failed")
+    uid = str((job.get("metadata") or {}).get("uid"))
     if finished:
-        if workload is not None and not _true(workload, FINISHED):
-            return [WorkloadAction("patch_status", _finish(workload, status, now), "job finished")]
-        return []
+        if workload is None or _true(workload, FINISHED) or pods_running(pods, uid):
+            return []  # a pod still running wakes the job again when it stops
+        return [WorkloadAction("patch_status", _finish(workload, status, now), "job finished")]
     suspend = bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend"))
     if workload is None:
         if kueue.priority_class(job) is not None and priority is None:
@@ -162,7 +165,7 @@ def workload_actions(
         return [WorkloadAction("set_active", _activation(False), "runPolicy.suspend is true")]
     if not suspend and not _active(workload) and ours:
         return [WorkloadAction("set_active", _activation(True), "runPolicy.suspend is false")]
-    if _true(workload, EVICTED) and has_reservation(workload) and pods_left == 0:
+    if _true(workload, EVICTED) and has_reservation(workload) and pods_left(pods, uid) == 0:
         return [WorkloadAction("patch_status", _release(workload, now), "evicted; pods gone")]
     return []
 
@@ -241,11 +244,23 @@ def _finish(
     return status
 
 
+def _own(pod: Mapping[str, Any], job_uid: str) -> bool:
+    return any(
+        ref.get("controller") and ref.get("uid") == job_uid
+        for ref in (pod.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
 def pods_left(pods: Sequence[Mapping[str, Any]], job_uid: str) -> int:
     """The job's own pods (controller uid) that still exist, in any state."""
-    n = 0
-    for p in pods:
-        for ref in (p.get("metadata") or {}).get("ownerReferences") or []:
-            if ref.get("controller") and ref.get("uid") == job_uid:
-                n += 1
-    return n
+    return sum(1 for p in pods if _own(p, job_uid))
+
+
+def pods_running(pods: Sequence[Mapping[str, Any]], job_uid: str) -> int:
+    """The job's own pods that may still hold their node's resources: every one that has
+    not ended (Succeeded or Failed), terminating ones included. An ended pod, kept by the
+    cleanPodPolicy, holds none (the scheduler counts it no more)."""
+    ended = ("Succeeded", "Failed")
+    return sum(
+        1 for p in pods if _own(p, job_uid) and (p.get("status") or {}).get("phase") not in ended
+    )

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..api import names
-from ..api.models import JobSpec
+from ..api.models import JobSpec, RunPolicy
 from ..api.status_names import (
     FINISHED,
     ConditionType,
@@ -29,7 +29,7 @@ from ..api.status_names import (
     Reason,
     RestartKind,
 )
-from ..api.timefmt import fmt, seconds
+from ..api.timefmt import seconds
 from ..render import render_pod, world_size
 from . import conditions as cond
 from . import failure, gang
@@ -40,7 +40,7 @@ from .failure import SETTLE_SECONDS
 from .failure.replace import replacement_of
 from .finish import after_finish, finish
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
-from .plan import Event, PhaseChanged, Plan
+from .plan import Plan
 from .queueing import admitted, queue, record_admission
 from .refused import say_refused
 from .rootcause import lost_candidate, pod_candidates
@@ -79,7 +79,7 @@ def reconcile(
     try:
         spec = JobSpec.model_validate(job.get("spec") or {})
     except ValidationError as err:
-        return _invalid(job, status, now, err)
+        return _invalid(job, pods, status, now, err, view_of)
     views = [view_of(p, spec.trainer.name) for p in pods]
     uid = meta.get("uid")
     reads: dict[str, Live] = {}
@@ -151,21 +151,51 @@ def _report_blocked(ctx: Ctx) -> None:
         ctx.set_cond(ConditionType.BLOCKED, False, Reason.UNBLOCKED, message)
 
 
-def _invalid(job: dict[str, Any], status: dict[str, Any], now: datetime, err: Exception) -> Plan:
-    if status.get("phase") in FINISHED:
-        return Plan(status=status)
-    message = truncate(f"invalid spec: {err}") or ""
-    stamp = fmt(now)
-    before = str(status["phase"])
-    status["phase"] = Phase.FAILED
-    status["completionTime"] = stamp
-    conds = status.setdefault("conditions", [])
-    cond.set_condition(conds, ConditionType.FAILED, True, Reason.INVALID_SPEC, message, stamp)
-    return Plan(
+def _invalid(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    status: dict[str, Any],
+    now: datetime,
+    err: Exception,
+    view_of: Callable[[dict[str, Any], str | None], PodView],
+) -> Plan:
+    """A spec the model refuses fails the job like any other failure (finish.py): its pods
+    go per cleanPodPolicy and its TTL applies, now and on every later reconcile. The end
+    reads the spec's runPolicy alone, so the spec built here carries only that, validated;
+    a runPolicy that is itself invalid ends the job by the defaults."""
+    raw = job.get("spec") or {}
+    spec = JobSpec.model_construct(run_policy=_run_policy(raw.get("runPolicy")))
+    uid = job["metadata"].get("uid")
+    views = [view_of(p, _trainer_name(raw)) for p in pods]
+    ctx = Ctx(
+        job=job,
+        spec=spec,
+        now=now.timestamp(),
         status=status,
-        events=[Event("Warning", Reason.INVALID_SPEC, message)],
-        transitions=[PhaseChanged(before, Phase.FAILED)],
+        pods=[v for v in views if v.owner_uid == uid],  # ownership by controller uid alone
+        taken={v.name for v in views},
     )
+    if ctx.phase in FINISHED:
+        after_finish(ctx)
+    else:
+        finish(ctx, Phase.FAILED, Reason.INVALID_SPEC, truncate(f"invalid spec: {err}") or "")
+    return ctx.plan()
+
+
+def _run_policy(raw: Any) -> RunPolicy:
+    try:
+        return RunPolicy.model_validate(raw or {})
+    except ValidationError:
+        return RunPolicy()
+
+
+def _trainer_name(raw: Mapping[str, Any]) -> str | None:
+    """The first container's name in an unvalidated spec, if it has one."""
+    try:
+        name = raw["template"]["spec"]["containers"][0]["name"]
+    except (KeyError, IndexError, TypeError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 # ---- suspend, deadline --------------------------------------------------------------------

@@ -162,30 +162,38 @@ def test_first_admission_starts_attempt_zero_without_a_restart_record() -> None:
 # ---- what the operator does to its Workload -----------------------------------------------
 
 
+def own(phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+    """One of the job's pods (controller uid), in `phase`."""
+    meta: dict[str, Any] = {"ownerReferences": [{"uid": UID, "controller": True}]}
+    if deleting:
+        meta["deletionTimestamp"] = "2025-01-01T12:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
 def kinds(actions: list[Any]) -> list[str]:
     return [a.kind for a in actions]
 
 
 def test_the_workload_is_created_deactivated_when_the_job_is_suspended() -> None:
     job = queued_job()
-    [create] = workload_actions(job, {"phase": "Queued"}, None, 0, at(0).timestamp())
+    [create] = workload_actions(job, {"phase": "Queued"}, None, [], at(0).timestamp())
     assert create.kind == "create" and "active" not in create.body["spec"]
     suspended = queued_job(runPolicy={"suspend": True})
-    [create] = workload_actions(suspended, {"phase": "Suspended"}, None, 0, at(0).timestamp())
+    [create] = workload_actions(suspended, {"phase": "Suspended"}, None, [], at(0).timestamp())
     assert create.body["spec"]["active"] is False
 
 
 def test_suspend_deactivates_and_resume_reactivates_only_what_the_operator_deactivated() -> None:
     job = queued_job(runPolicy={"suspend": True})
     wl = workload(job, RESERVED, ADMITTED, admission=ADMISSION)
-    [act] = workload_actions(job, {"phase": "Suspended"}, wl, 0, 0)
+    [act] = workload_actions(job, {"phase": "Suspended"}, wl, [], 0)
     assert act.kind == "set_active" and act.body["spec"] == {"active": False}
     assert act.body["metadata"]["annotations"][kueue.DEACTIVATED_ANNOTATION] == "true"
     resumed = queued_job()
     ours = workload(resumed)
     ours["spec"]["active"] = False
     ours["metadata"]["annotations"][kueue.DEACTIVATED_ANNOTATION] = "true"
-    [act] = workload_actions(resumed, {"phase": "Queued"}, ours, 0, 0)
+    [act] = workload_actions(resumed, {"phase": "Queued"}, ours, [], 0)
     assert act.body == {
         "metadata": {"annotations": {kueue.DEACTIVATED_ANNOTATION: None}},
         "spec": {"active": True},
@@ -193,14 +201,14 @@ def test_suspend_deactivates_and_resume_reactivates_only_what_the_operator_deact
     # Deactivated by someone else (kubectl, Kueue): left as it is.
     theirs = workload(resumed)
     theirs["spec"]["active"] = False
-    assert workload_actions(resumed, {"phase": "Queued"}, theirs, 0, 0) == []
+    assert workload_actions(resumed, {"phase": "Queued"}, theirs, [], 0) == []
 
 
 def test_quota_is_released_after_an_eviction_only_once_every_pod_is_gone() -> None:
     job = queued_job()
     wl = workload(job, RESERVED, ADMITTED, PREEMPTED, admission=ADMISSION)
-    assert workload_actions(job, {"phase": "Queued"}, wl, 1, at(60).timestamp()) == []
-    [act] = workload_actions(job, {"phase": "Queued"}, wl, 0, at(60).timestamp())
+    assert workload_actions(job, {"phase": "Queued"}, wl, [own()], at(60).timestamp()) == []
+    [act] = workload_actions(job, {"phase": "Queued"}, wl, [], at(60).timestamp())
     assert act.kind == "patch_status"
     status = act.body
     assert "admission" not in status
@@ -215,7 +223,7 @@ def test_quota_is_released_after_an_eviction_only_once_every_pod_is_gone() -> No
     deactivated = workload(
         job, RESERVED, ADMITTED, ("Evicted", "True", "Deactivated", "The workload is deactivated")
     )
-    [act] = workload_actions(job, {"phase": "Queued"}, deactivated, 0, 0)
+    [act] = workload_actions(job, {"phase": "Queued"}, deactivated, [], 0)
     requeued = next(c for c in act.body["conditions"] if c["type"] == "Requeued")
     # Kueue requeues it itself when it is reactivated.
     assert requeued["status"] == "False" and requeued["reason"] == "Deactivated"
@@ -228,23 +236,51 @@ def test_a_finished_job_finishes_its_workload_which_frees_the_quota() -> None:
         "phase": "Succeeded",
         "conditions": [{"type": "Succeeded", "status": "True", "message": "all 2 pods succeeded"}],
     }
-    [act] = workload_actions(job, status, wl, 2, at(0).timestamp())
+    ended = [own("Succeeded"), own("Succeeded")]  # kept (cleanPodPolicy), holding nothing
+    [act] = workload_actions(job, status, wl, ended, at(0).timestamp())
     finished = next(c for c in act.body["conditions"] if c["type"] == "Finished")
     assert finished["status"] == "True" and finished["reason"] == "Succeeded"
     assert finished["message"] == "all 2 pods succeeded"
     done = copy.deepcopy(wl)
     done["status"]["conditions"].append({"type": "Finished", "status": "True"})
-    assert workload_actions(job, status, done, 2, 0) == []
+    assert workload_actions(job, status, done, ended, 0) == []
+
+
+def test_a_finished_job_frees_its_quota_only_once_no_pod_of_it_runs() -> None:
+    """As after an eviction: Finished (Kueue then releases the quota) waits while any pod
+    of the job may still hold its node's resources (running, pending, or terminating and
+    not yet stopped), so Kueue does not admit another job onto GPUs still in use."""
+    job = queued_job()
+    wl = workload(job, RESERVED, ADMITTED, admission=ADMISSION)
+    status = {
+        "phase": "Failed",
+        "conditions": [{"type": "Failed", "status": "True", "message": "deadline passed"}],
+    }
+    for still in (
+        [own("Failed"), own("Running", deleting=True)],
+        [own("Pending")],
+        [own("Running")],
+    ):
+        assert workload_actions(job, status, wl, still, at(0).timestamp()) == [], still
+    for stopped in ([], [own("Failed")], [own("Failed"), own("Succeeded", deleting=True)]):
+        [act] = workload_actions(job, status, wl, stopped, at(0).timestamp())
+        assert act.kind == "patch_status", stopped
+        finished = next(c for c in act.body["conditions"] if c["type"] == "Finished")
+        assert finished["reason"] == "Failed"
+    # Someone else's pod running under the job's name holds nothing of the job's quota.
+    other = own("Running")
+    other["metadata"]["ownerReferences"][0]["uid"] = "else"
+    assert kinds(workload_actions(job, status, wl, [other], 0)) == ["patch_status"]
 
 
 def test_a_job_changed_while_it_waits_gets_a_new_workload_but_not_one_holding_quota() -> None:
     job = queued_job()
     old = workload(job, PENDING)
     changed = queued_job(nodes=3)
-    [act] = workload_actions(changed, {"phase": "Queued"}, old, 0, 0)
+    [act] = workload_actions(changed, {"phase": "Queued"}, old, [], 0)
     assert act.kind == "delete"
     holding = workload(job, RESERVED, ADMITTED, admission=ADMISSION)
-    assert workload_actions(changed, {"phase": "Running"}, holding, 2, 0) == []
+    assert workload_actions(changed, {"phase": "Running"}, holding, [own(), own()], 0) == []
 
 
 def test_a_missing_priority_class_holds_the_workload_back_and_says_so() -> None:
@@ -253,8 +289,8 @@ def test_a_missing_priority_class_holds_the_workload_back_and_says_so() -> None:
     verdict = admission(job, None, priority=None)
     assert verdict is not None and verdict.reason == "WorkloadPriorityClassNotFound"
     assert "WorkloadPriorityClass high not found" in verdict.message
-    assert workload_actions(job, {"phase": "Queued"}, None, 0, 0, priority=None) == []
-    [create] = workload_actions(job, {"phase": "Queued"}, None, 0, 0, priority=7)
+    assert workload_actions(job, {"phase": "Queued"}, None, [], 0, priority=None) == []
+    [create] = workload_actions(job, {"phase": "Queued"}, None, [], 0, priority=7)
     assert create.body["spec"]["priority"] == 7
 
 
@@ -262,8 +298,8 @@ def test_removing_the_queue_label_deletes_the_workload() -> None:
     job = queued_job()
     wl = workload(job, PENDING)
     plain = make_job()
-    assert kinds(workload_actions(plain, {"phase": "Queued"}, wl, 0, 0)) == ["delete"]
-    assert workload_actions(plain, {"phase": "Running"}, None, 0, 0) == []
+    assert kinds(workload_actions(plain, {"phase": "Queued"}, wl, [], 0)) == ["delete"]
+    assert workload_actions(plain, {"phase": "Running"}, None, [], 0) == []
 
 
 def test_pods_left_counts_only_the_jobs_own_pods() -> None:
