@@ -692,6 +692,14 @@ class RankStatus(_Wire):
     """When the operator first saw this pod fail, by its own clock. Times the pod's node
     reports are clamped to a few seconds before this, so a node clock that is off cannot
     change the root cause or when the failure is handled."""
+    running_observed_at: str | None = None
+    """When the operator first saw this pod Running, by its own clock. The rendezvous hang
+    timer and a stuck launcher's join timeout count from it, and a pod first seen Running
+    after the rendezvous completed (an elastic replacement) is not judged by progress: a
+    node clock that is off changes neither (docs/progress.md)."""
+    not_ready_observed_at: str | None = None
+    """While the pod is Running and not Ready: when the operator first saw it so since it was
+    last Ready, by its own clock. runPolicy.progressTimeoutSeconds stalls count from it."""
     step: int | None = None
     """The last training step the pod's script wrote to $TORCHRUN_OPERATOR_PROGRESS_FILE."""
     steps_per_second: float | None = None

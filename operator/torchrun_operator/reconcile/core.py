@@ -32,7 +32,7 @@ from ..api.status_names import (
 from ..api.timefmt import fmt, seconds
 from ..render import render_pod, world_size
 from . import conditions as cond
-from . import failure, gang
+from . import failure, gang, hang
 from . import progress as prog
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
@@ -319,6 +319,7 @@ def _observe(ctx: Ctx) -> None:
             continue
         seen.current[i] = pod
         entry = rank_entry(i, pod, ctx.live.get(pod.uid or ""), before)
+        entry.update(hang.observed(pod, before, ctx.now))  # the hang timers' clock
         ranks.append(entry)
         _classify_pod(ctx, i, pod, seen)
         if i in seen.failed:

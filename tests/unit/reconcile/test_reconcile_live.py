@@ -291,6 +291,7 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
         p = copy.deepcopy(p)
         p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
         quiet.append(p)
+    _, job, _ = step(job, quiet, 100)  # the operator sees both NotReady at 100
     stall_at = at(99).timestamp()
     waiting = {"rank": 0, "localRank": 0, "inCollective": True, "at": "/w/t.py:30 in main"}
     answers = {
@@ -328,6 +329,7 @@ def test_stall_without_stacks_names_the_pod_that_went_quiet_first() -> None:
     _, job, pods = step(job, pods, 5)
     quiet = copy.deepcopy(pods)
     quiet[1]["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
+    _, job, _ = step(job, quiet, 100)
     failure = reconcile(job, quiet, at(111)).status["failure"]
     assert (failure["index"], failure["pod"]) == (1, "job-1") and "location" not in failure
     assert failure["message"].startswith("pod job-1 reported no training progress")
