@@ -409,9 +409,10 @@ class FailurePolicy(_Wire):
     crash_loop_detection: bool = True
     """Fail the job (reason CrashLoopNoProgress) instead of restarting it when an attempt fails
     with the same root cause as the attempt before it (exception type and message with numbers
-    and addresses masked, whatever the rank) without getting past that attempt's last step
-    ($TORCHRUN_OPERATOR_PROGRESS_FILE, docs/progress.md). Restarts that made progress go on
-    as before."""
+    and addresses masked, whatever the rank; for a hang, where it hangs) and made no progress:
+    it failed at that attempt's last step, or no further and without getting past the step it
+    started at ($TORCHRUN_OPERATOR_PROGRESS_FILE, docs/progress.md). Restarts that made
+    progress go on as before."""
 
 
 class RunPolicy(_Wire):
@@ -762,8 +763,9 @@ class RestartRecord(_Wire):
     step: int | None = None
     """The last step the failed attempt reached (the highest any pod reported), if reported."""
     signature: str | None = None
-    """The failure's root cause with rank, numbers and addresses masked: two attempts that
-    failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
+    """The failure's root cause with rank, numbers and addresses masked (a hang: the rank
+    outside any collective and its frame, else the pod index and node that went quiet first):
+    two attempts that failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
 
 
 class JobProgress(_Wire):
@@ -777,6 +779,10 @@ class JobProgress(_Wire):
     """The median of the pods' steps per second."""
     eta: str | None = None
     """When training reaches totalSteps at that rate (RFC 3339)."""
+    start_step: int | None = None
+    """The first step the operator saw of this attempt (the lowest any pod reported then):
+    where it resumed, give or take a read. Crash-loop detection judges the attempt's
+    progress from it (docs/progress.md)."""
 
 
 class Counters(_Wire):

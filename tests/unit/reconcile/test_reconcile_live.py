@@ -200,6 +200,7 @@ def test_per_pod_progress_and_the_jobs_eta() -> None:
         "totalSteps": 1000,
         "stepsPerSecond": 2.0,
         "eta": iso(29.5 + 882 / 2),
+        "startStep": 118,  # the first step the operator saw of the attempt
     }
     # The same answers read later change nothing (no status write for nothing).
     again = reconcile({**job, "status": st}, pods, at(45), live=live_for(pods, answers))
