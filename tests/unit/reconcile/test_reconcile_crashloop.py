@@ -282,7 +282,7 @@ def test_a_hang_signature_names_where_it_hangs() -> None:
 
 
 UID = "uid-1"
-HANG = {"runPolicy": {"progressTimeoutSeconds": 60}}
+HANG: dict[str, Any] = {"runPolicy": {"progressTimeoutSeconds": 60}}
 
 
 def live(pods: list[dict[str, Any]], attempt: int, steps: int, read_at: float) -> dict[str, Any]:

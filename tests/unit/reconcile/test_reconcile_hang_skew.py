@@ -49,7 +49,10 @@ RDZV_TIMEOUT = report("RendezvousTimeout", message="rendezvous did not complete 
 
 # ---- progressTimeoutSeconds ------------------------------------------------------------------
 
-PROGRESS = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"backoffSeconds": 0}}
+PROGRESS: dict[str, Any] = {
+    "runPolicy": {"progressTimeoutSeconds": 60},
+    "failurePolicy": {"backoffSeconds": 0},
+}
 
 
 @pytest.mark.parametrize("skew", SKEWS)
