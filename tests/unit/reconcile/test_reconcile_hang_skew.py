@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from jobs import condition as cond
 from reports import report
 from torchrun_operator.reconcile import hang, reconcile
+from torchrun_operator.reconcile.observe import view
 
 HOUR = 3600.0
 SKEWS = [0.0, HOUR, -HOUR]
@@ -208,3 +209,38 @@ def test_shifting_every_node_time_by_a_constant_never_changes_the_hang_decision(
 ) -> None:
     job, steps = history
     assert decisions(job, steps, float(offset), lag) == decisions(job, steps, 0.0, lag)
+
+
+# ---- the pure pieces -------------------------------------------------------------------------
+
+
+def seen_view(ready: bool, phase: str = "Running", started: float = 0.0) -> Any:
+    pod = on_node(
+        {"metadata": {"name": "p", "labels": {"torchrun.dev/index": "0"}}, "spec": {}},
+        phase,
+        ready,
+        started,
+        started,
+        0.0,
+    )
+    return view(pod, "trainer")
+
+
+def test_observed_stamps_what_the_operator_saw_first_and_keeps_it_for_the_same_pod() -> None:
+    now = at(50).timestamp()
+    got = hang.observed(seen_view(False, started=10), {}, now)
+    assert got == {hang.RUNNING_SEEN: iso(50), hang.NOT_READY_SEEN: iso(50)}
+    before = {"pod": "p", **got}
+    assert hang.observed(seen_view(False), before, now + 30) == got  # kept
+    assert hang.observed(seen_view(True), before, now + 30) == {hang.RUNNING_SEEN: iso(50)}
+    other = {"pod": "q", **got}  # another pod under the same index: its own times
+    assert hang.observed(seen_view(True), other, now + 30) == {hang.RUNNING_SEEN: iso(80)}
+    assert hang.observed(seen_view(False, "Pending"), {}, now) == {}
+
+
+def test_observed_on_a_status_an_older_operator_wrote_uses_the_kubelet_start_never_later() -> None:
+    now = at(50).timestamp()
+    legacy = {"pod": "p", "phase": "Running", "startedAt": iso(10)}
+    assert hang.observed(seen_view(True), legacy, now) == {hang.RUNNING_SEEN: iso(10)}
+    ahead = {**legacy, "startedAt": iso(50 + HOUR)}
+    assert hang.observed(seen_view(True), ahead, now) == {hang.RUNNING_SEEN: iso(50)}
