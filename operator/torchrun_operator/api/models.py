@@ -445,9 +445,10 @@ class FailurePolicy(_Wire):
     crash_loop_detection: bool = True
     """Fail the job (reason CrashLoopNoProgress) instead of restarting it when an attempt fails
     with the same root cause as the attempt before it (exception type and message with numbers
-    and addresses masked, whatever the rank) without getting past that attempt's last step
-    ($TORCHRUN_OPERATOR_PROGRESS_FILE, docs/progress.md). Restarts that made progress go on
-    as before."""
+    and addresses masked, whatever the rank; for a hang, where it hangs) and made no progress:
+    it failed at that attempt's last step, or no further and without getting past the step it
+    started at ($TORCHRUN_OPERATOR_PROGRESS_FILE, docs/progress.md). Restarts that made
+    progress go on as before."""
 
 
 class RunPolicy(_Wire):
@@ -728,6 +729,14 @@ class RankStatus(_Wire):
     """When the operator first saw this pod fail, by its own clock. Times the pod's node
     reports are clamped to a few seconds before this, so a node clock that is off cannot
     change the root cause or when the failure is handled."""
+    running_observed_at: str | None = None
+    """When the operator first saw this pod Running, by its own clock. The rendezvous hang
+    timer and a stuck launcher's join timeout count from it, and a pod first seen Running
+    after the rendezvous completed (an elastic replacement) is not judged by progress: a
+    node clock that is off changes neither (docs/progress.md)."""
+    not_ready_observed_at: str | None = None
+    """While the pod is Running and not Ready: when the operator first saw it so since it was
+    last Ready, by its own clock. runPolicy.progressTimeoutSeconds stalls count from it."""
     step: int | None = None
     """The last training step the pod's script wrote to $TORCHRUN_OPERATOR_PROGRESS_FILE."""
     steps_per_second: float | None = None
@@ -790,8 +799,9 @@ class RestartRecord(_Wire):
     step: int | None = None
     """The last step the failed attempt reached (the highest any pod reported), if reported."""
     signature: str | None = None
-    """The failure's root cause with rank, numbers and addresses masked: two attempts that
-    failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
+    """The failure's root cause with rank, numbers and addresses masked (a hang: the rank
+    outside any collective and its frame, else the pod index and node that went quiet first):
+    two attempts that failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
 
 
 class JobProgress(_Wire):
@@ -805,6 +815,10 @@ class JobProgress(_Wire):
     """The median of the pods' steps per second."""
     eta: str | None = None
     """When training reaches totalSteps at that rate (RFC 3339)."""
+    start_step: int | None = None
+    """The first step the operator saw of this attempt (the lowest any pod reported then):
+    where it resumed, give or take a read. Crash-loop detection judges the attempt's
+    progress from it (docs/progress.md)."""
 
 
 class Counters(_Wire):

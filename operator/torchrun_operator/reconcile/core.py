@@ -32,7 +32,7 @@ from ..api.status_names import (
 from ..api.timefmt import seconds
 from ..render import render_pod, world_size
 from . import conditions as cond
-from . import failure, gang
+from . import crashloop, failure, gang, hang
 from . import progress as prog
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
@@ -351,6 +351,7 @@ def _observe(ctx: Ctx) -> None:
             continue
         seen.current[i] = pod
         entry = rank_entry(i, pod, ctx.live.get(pod.uid or ""), before)
+        entry.update(hang.observed(pod, before, ctx.now))  # the hang timers' clock
         ranks.append(entry)
         _classify_pod(ctx, i, pod, seen)
         if i in seen.failed:
@@ -464,10 +465,12 @@ def _live_by_index(ctx: Ctx, seen: Seen) -> dict[int, Live]:
 def _progress(ctx: Ctx, seen: Seen) -> None:
     """status.progress of the current attempt, from its pods' steps."""
     st = ctx.status
-    found = prog.job_progress(st["ranks"], _live_by_index(ctx, seen), st.get("progress"))
+    before = st.get("progress")
+    found = prog.job_progress(st["ranks"], _live_by_index(ctx, seen), before)
     if found is None:
         st.pop("progress", None)
     else:
+        found[crashloop.START_STEP] = crashloop.start_step(before, found["step"])
         st["progress"] = found
 
 

@@ -4,14 +4,24 @@ A gang restart costs a rendezvous and a checkpoint load; when the failure is det
 bad batch at step 1200, a segfault in a kernel, an OOM while loading), every restart fails the
 same way at the same place and `failurePolicy.maxRestarts` is spent for nothing. So each gang
 restart records the failed attempt's last step and a signature of its root cause, and the next
-attempt that fails with the same signature at or before that step ends the job
-(`CrashLoopNoProgress`). Restarts that got further keep going as before.
+attempt that fails with the same signature and made no progress ends the job
+(`CrashLoopNoProgress`).
 
-The signature is rank-independent: which rank hits a deterministic failure first varies
-between attempts, and so do the numbers in a message (addresses, pids, ports, sizes). So it
-is the failure's reason and exit code with the first line of its message, numbers and
-addresses masked. Losses that are not the job's doing (a pod deleted, a node lost, an
-eviction) have no signature: they never make a crash loop.
+Progress is judged per attempt, from the step it started at (a restart resumes from its last
+checkpoint, behind where the attempt before it failed): an attempt made none when it failed
+where the one before it did (a deterministic failure strikes at the same step every time), or
+before it got past the step it started at. An attempt that trained past its start and failed
+short of the previous failure failed somewhere the previous attempt went through: not the
+same failure. Restarts that got further keep going as before.
+
+An error's signature is rank-independent: which rank hits a deterministic failure first
+varies between attempts, and so do the numbers in a message (addresses, pids, ports, sizes).
+So it is the failure's kind, reason and exit code with the first line of its message, numbers
+and addresses masked. A hang has no message: what identifies its cause is where it is, so
+its signature names the rank outside any collective and its frame, or, when every rank waits
+in one (a communication library's hang, a flaky link), the pod index and node that went quiet
+first: a hang on another node is another cause. Losses that are not the job's doing (a pod
+deleted, a node lost, an eviction) have no signature: they never make a crash loop.
 """
 
 from __future__ import annotations
@@ -53,13 +63,21 @@ def signature(cause: Candidate) -> str | None:
     out = f"{cause.kind}/{cause.reason}"
     if cause.exit_code is not None and cause.kind != contract.KIND_EXCEPTION:
         out += f"/{cause.exit_code}"
-    if cause.kind == "stalled" and cause.location:
-        out += f": {mask(cause.location)}"
+    if cause.kind == "stalled":
+        out += f": {_stall_site(cause)}"
     elif cause.kind not in NO_MESSAGE_KINDS and cause.message:
         first = next((line for line in cause.message.splitlines() if line.strip()), "")
         if first:
             out += f": {mask(first)}"
     return out[:MAX_SIGNATURE]
+
+
+def _stall_site(cause: Candidate) -> str:
+    """Where a hang is: the rank outside any collective and its frame (kept whole: another
+    line is another place), else the pod index and node that went quiet first."""
+    if cause.rank is not None and cause.location:
+        return f"rank {cause.rank} at {cause.location}"
+    return f"index {cause.node_index} on node {cause.node or '?'}, every rank in a collective"
 
 
 def attempt_step(entries: Iterable[Mapping[str, Any]]) -> int | None:
@@ -72,14 +90,33 @@ def attempt_step(entries: Iterable[Mapping[str, Any]]) -> int | None:
     return max(steps) if steps else None
 
 
-def made_no_progress(step: int | None, previous: int | None) -> bool:
-    """Whether an attempt that reached `step` got no further than the one before it, which
-    reached `previous`. Without any step reported by either, progress is unknown, and unknown
-    is never taken for none; an attempt that reports no step after one that did failed
-    before its first."""
+def made_no_progress(step: int | None, start: int | None, previous: int | None) -> bool:
+    """Whether an attempt that started at step `start` (the first the operator saw of it, None
+    when it saw none before the failure) and reached `step` made no progress after the one
+    before it, which reached `previous`: it failed at the very step the previous one did, or
+    no further than that and without getting past its own start. Without any step reported
+    by either, progress is unknown, and unknown is never taken for none; an attempt that
+    reports no step after one that did failed before its first."""
     if previous is None:
         return False
-    return step is None or step <= previous
+    if step is None:
+        return True
+    if step > previous:
+        return False
+    return step == previous or start is None or step <= start
+
+
+START_STEP = "startStep"  # status.progress: the first step the operator saw of the attempt
+
+
+def start_step(before: Mapping[str, Any] | None, step: int) -> int:
+    """status.progress.startStep: kept once known for the attempt (status.progress goes with
+    it); else the job's step now (the lowest any pod reports: the first the operator sees).
+    A status written before the field existed has the job's step it saw last."""
+    for value in ((before or {}).get(START_STEP), (before or {}).get("step")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return min(value, step)
+    return step
 
 
 def previous_failure(restarts: Iterable[Mapping[str, Any]], attempt: int) -> Mapping[str, Any]:

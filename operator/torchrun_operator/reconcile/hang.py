@@ -17,13 +17,22 @@ stacks the launchers of stalled pods dumped, these pure functions find
   its launcher has every worker dump its Python stacks, and the rank that is not inside a
   collective (the one the others wait for) is named with its file and line.
 
+Every timer here runs on the operator's clock: node clocks may be off by any amount (an hour
+ahead would silence progressTimeoutSeconds, one far behind would fail a rendezvousing gang at
+once). So they count from when the operator first saw a pod Running, and NotReady
+(`Watched`, kept in status.ranks[] so that an operator restart neither loses nor restarts
+them), never from the kubelet's or the launcher's times. A timer that starts when the
+operator first sees the change can only start late, never early: a restarted operator, or
+one that was away, fires no false hang.
+
 Pods are named by their index (`<job>-<i>`), which is not torchrun's node rank.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..api.timefmt import fmt, seconds
 from ..launcher import launcher as contract
@@ -40,6 +49,45 @@ STALL_GRACE_SECONDS = 2 * PROBE_PERIOD_SECONDS
 # Launcher reports of pods that took part in the rendezvous: they timed out waiting, or lost
 # the store when its host gave up first.
 ARRIVED_STATES = (contract.RENDEZVOUS_TIMEOUT, contract.FAILED)
+
+
+# status.ranks[] fields: when the operator first saw the pod Running, and (while it is
+# Running and not Ready) when it first saw it NotReady since it was last Ready; its own clock.
+RUNNING_SEEN = "runningObservedAt"
+NOT_READY_SEEN = "notReadyObservedAt"
+
+
+def observed(pod: PodView, before: Mapping[str, Any], now: float) -> dict[str, str]:
+    """The operator's own times for `pod`, for its status.ranks[] entry (`before`: the entry
+    the status had, kept while it is about the same pod). A pod an older operator already
+    saw Running has no stamp: its kubelet's start time stands in, never later than now."""
+    same: Mapping[str, Any] = before if before.get("pod") == pod.name else {}
+    out: dict[str, str] = {}
+    if same.get(RUNNING_SEEN):
+        out[RUNNING_SEEN] = str(same[RUNNING_SEEN])
+    elif pod.phase == "Running":
+        legacy = seconds(same.get("startedAt")) if same.get("phase") == "Running" else None
+        out[RUNNING_SEEN] = fmt(min(legacy, now) if legacy is not None else now)
+    if pod.phase == "Running" and not pod.ready and not pod.terminating:
+        out[NOT_READY_SEEN] = str(same.get(NOT_READY_SEEN) or fmt(now))
+    return out
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What the operator saw of one pod, on its own clock (see `observed`)."""
+
+    running: float | None = None
+    not_ready: float | None = None
+
+
+def watched(entries: Iterable[Mapping[str, Any]]) -> dict[int, Watched]:
+    """Per pod index, the operator's observation times from status.ranks[]."""
+    out = {}
+    for e in entries:
+        if isinstance(e.get("index"), int):
+            out[e["index"]] = Watched(seconds(e.get(RUNNING_SEEN)), seconds(e.get(NOT_READY_SEEN)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -59,11 +107,16 @@ def _pending_why(pod: PodView) -> str:
 
 
 def absent_reason(
-    pod: PodView | None, now: float, join_timeout: int, slack: float = STALL_GRACE_SECONDS
+    pod: PodView | None,
+    seen: Watched,
+    now: float,
+    join_timeout: int,
+    slack: float = STALL_GRACE_SECONDS,
 ) -> tuple[int, str] | None:
     """Why this pod did not join a rendezvous, with an ordering key (lower is
     more telling); None when it did join, or may still be waiting: a Running pod without a
-    report is waiting for `join_timeout` (+ `slack`) after it started, stuck afterwards."""
+    report is waiting for `join_timeout` (+ `slack`) after the operator first saw it Running
+    (`seen`), stuck afterwards."""
     if pod is None:
         return 0, "was never created"
     if pod.ready or pod.phase == "Succeeded":
@@ -76,8 +129,7 @@ def absent_reason(
     if pod.phase == "Pending":
         return 0, _pending_why(pod)
     if pod.phase == "Running":
-        started = seconds(pod.started_at)
-        if started is not None and now < started + join_timeout + slack:
+        if seen.running is not None and now < seen.running + join_timeout + slack:
             return None
         return 2, "is Running but never joined (no Ready, no report from its launcher)"
     if pod.phase == "Failed":
@@ -86,14 +138,17 @@ def absent_reason(
 
 
 def absentees(
-    pods: Mapping[int, tuple[str, PodView | None]], now: float, join_timeout: int
+    pods: Mapping[int, tuple[str, PodView | None]],
+    seen: Mapping[int, Watched],
+    now: float,
+    join_timeout: int,
 ) -> list[Absent]:
     """Pods (index -> (pod name, observed pod)) that did not arrive, most telling first
     (never started, then failed, then stuck), by index within each."""
     out = []
     for i in sorted(pods):
         name, pod = pods[i]
-        found = absent_reason(pod, now, join_timeout)
+        found = absent_reason(pod, seen.get(i, Watched()), now, join_timeout)
         if found is not None:
             order, why = found
             out.append(Absent(i, name, pod.node if pod else None, why, order))
@@ -119,10 +174,14 @@ def rendezvous_timeout_message(absent: list[Absent], waited: list[str], join_tim
 
 
 def rendezvous_hang_deadline(
-    pods: Mapping[int, PodView | None], rendezvous_done: bool, join_timeout: int
+    pods: Mapping[int, PodView | None],
+    seen: Mapping[int, Watched],
+    rendezvous_done: bool,
+    join_timeout: int,
 ) -> float | None:
     """When a rendezvous that no launcher reported on counts as hung: not every pod Ready,
-    and joinTimeoutSeconds + a margin gone since the last Running pod started. Pods that never
+    and joinTimeoutSeconds + a margin gone since the operator first saw the last Running pod
+    Running (`seen`). Pods that never
     started count as absent: when the one that never starts is pod 0, the store host, the
     others wait for its DNS name (dnsTimeoutSeconds, 300 s by default) and report nothing in
     time. None when that does not apply (yet): no pod Running, or one already ended (its
@@ -130,12 +189,12 @@ def rendezvous_hang_deadline(
     if rendezvous_done or not pods:
         return None
     starts = []
-    for pod in pods.values():
+    for i, pod in pods.items():
         if pod is None or pod.phase in ("Pending", "") or pod.phase is None:
             continue
         if pod.phase != "Running" or pod.terminating:
             return None
-        started = seconds(pod.started_at)
+        started = seen.get(i, Watched()).running
         if started is None:
             return None
         starts.append(started)
@@ -149,7 +208,7 @@ def rendezvous_hang_deadline(
 def rendezvous_hang_message(absent: list[Absent], join_timeout: int) -> str:
     return (
         f"rendezvous did not complete within joinTimeoutSeconds ({join_timeout}s) + "
-        f"{RENDEZVOUS_MARGIN_SECONDS:g}s of the last pod starting, and no launcher reported: "
+        f"{RENDEZVOUS_MARGIN_SECONDS:g}s of the last pod running, and no launcher reported: "
         f"{describe_absent(absent)}"
     )
 
@@ -161,26 +220,27 @@ class Quiet:
     node_index: int
     pod: str
     node: str | None
-    since: float  # when it turned NotReady
+    since: float  # when the operator first saw it NotReady (its own clock)
     node_rank: int | None = None
 
 
 def quiet_pods(
     pods: Mapping[int, PodView],
+    seen: Mapping[int, Watched],
     rendezvous_at: float | None,
     node_ranks: Mapping[int, int] | None = None,
 ) -> list[Quiet]:
-    """Running pods that took part in the rendezvous (started before it completed) and are
-    NotReady now, earliest first. Elastic replacements that joined later are not judged.
-    `node_ranks`: torchrun's node rank per index, where known, for the messages."""
+    """Running pods that took part in the rendezvous (seen Running by the time it completed,
+    `rendezvous_at`, both on the operator's clock) and are NotReady now, earliest first.
+    Elastic replacements that joined later are not judged. `node_ranks`: torchrun's node
+    rank per index, where known, for the messages."""
     if rendezvous_at is None:
         return []
     out = []
     for i, pod in pods.items():
         if pod.phase != "Running" or pod.terminating or pod.ready:
             continue
-        started = seconds(pod.started_at)
-        since = seconds(pod.ready_since)
+        started, since = seen.get(i, Watched()).running, seen.get(i, Watched()).not_ready
         if started is None or started > rendezvous_at or since is None:
             continue
         rank = (node_ranks or {}).get(i)
@@ -216,21 +276,24 @@ def _where(q: Quiet) -> str:
 
 def outside_collective(
     pods: Mapping[int, tuple[str, Live | None]],
+    seen: Mapping[int, Watched],
 ) -> tuple[int, StackSummary, bool] | None:
     """From the stacks the launchers of stalled pods dumped (docs/progress.md): the rank that
     is not inside a collective, with its pod's index, and whether other ranks wait in one;
-    None when there are no stacks or every rank is inside one. Earliest stall first, then
+    None when there are no stacks or every rank is inside one. The pod the operator saw
+    NotReady first (its own clock: the launchers' stall times come from node clocks), then
     the lowest rank."""
     found: list[tuple[float, int, int, StackSummary]] = []
     waiting = False
     for i, (_, live) in pods.items():
         if live is None or live.stall_at is None:
             continue
+        since = seen.get(i, Watched()).not_ready
         for stack in live.stacks:
             if stack.in_collective:
                 waiting = True
             else:
-                found.append((live.stall_at, stack.rank, i, stack))
+                found.append((since if since is not None else live.at, stack.rank, i, stack))
     if not found:
         return None
     _, _, index, stack = min(found, key=lambda f: (f[0], f[1]))

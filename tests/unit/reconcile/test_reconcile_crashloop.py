@@ -3,10 +3,13 @@ fails the job as CrashLoopNoProgress instead of spending the rest of maxRestarts
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from dtj_factory import (
+    apply,
+    at,
     drop_terminating,
     failure,
     make_job,
@@ -19,7 +22,7 @@ from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.launcher import launcher as contract
-from torchrun_operator.reconcile import crashloop
+from torchrun_operator.reconcile import crashloop, reconcile
 from torchrun_operator.reconcile.rootcause import Candidate
 
 POLICY = {"maxRestarts": 5, "backoffSeconds": 0}
@@ -79,13 +82,17 @@ def test_same_failure_at_or_before_the_previous_step_is_a_crash_loop() -> None:
     record = st["restarts"][-1]
     assert record["step"] == 120 and record["index"] == 1 and record["nodeRank"] == 1
     assert record["signature"] == "signal/Signal/-9: Signal N (SIGKILL) received by PID N"
-    # Attempt 1 dies the same way on another rank (another pid), no further: step 118.
+    # Attempt 1 dies the same way on another rank (another pid), no further: step 118, the
+    # first step the operator saw of it (no progress past its start).
     job, _ = fail_attempt(job, pods, 40, step_reached=118, rank=1)
     st = job["status"]
     assert st["phase"] == "Failed"
     failed = cond(st, "Failed")
     assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
-    assert "attempt 1 failed at step 118, no further than attempt 0 (step 120)" in failed["message"]
+    assert (
+        "attempt 1 failed at step 118 (the first step seen of it), no further than attempt 0 "
+        "(step 120)" in failed["message"]
+    )
     assert "failurePolicy.crashLoopDetection" in failed["message"]
     assert st["failure"]["step"] == 118 and st["failure"]["rank"] == 1
     assert st["counters"]["restarts"] == 1 and st["counters"]["infrastructureFailures"] == 2
@@ -215,15 +222,150 @@ def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
 
 
 @pytest.mark.parametrize(
-    ("step", "previous", "none"),
+    ("step", "start", "previous", "none"),
     [
-        (5, 5, True),
-        (4, 5, True),
-        (6, 5, False),
-        (None, 5, True),
-        (None, None, False),
-        (3, None, False),
+        (5, 0, 5, True),  # failed where the previous attempt did
+        (5, None, 5, True),
+        (4, 4, 5, True),  # never got past its own start
+        (4, None, 5, True),  # no step seen before it failed: none past its start either
+        (4, 3, 5, False),  # trained past its start, failed short of the previous failure
+        (4600, 4000, 5000, False),
+        (6, 6, 5, False),  # got further
+        (None, None, 5, True),
+        (None, None, None, False),
+        (3, 0, None, False),
     ],
 )
-def test_made_no_progress(step: int | None, previous: int | None, none: bool) -> None:
-    assert crashloop.made_no_progress(step, previous) is none
+def test_made_no_progress(
+    step: int | None, start: int | None, previous: int | None, none: bool
+) -> None:
+    assert crashloop.made_no_progress(step, start, previous) is none
+
+
+@pytest.mark.parametrize(
+    ("before", "step", "start"),
+    [
+        (None, 4000, 4000),  # the first step seen of the attempt
+        ({"step": 4100, "startStep": 4000}, 4600, 4000),  # kept
+        ({"step": 4100}, 4600, 4100),  # written before the field: the step it had
+        ({"step": 4100, "startStep": 4000}, 3900, 3900),  # went back (an in-pod restart)
+    ],
+)
+def test_start_step(before: dict[str, int] | None, step: int, start: int) -> None:
+    assert crashloop.start_step(before, step) == start
+
+
+# ---- hangs: another cause, or progress since the attempt began --------------------------------
+
+
+def stall(index: int, node: str, rank: int | None = None, at: str | None = None) -> Candidate:
+    return Candidate(
+        index, f"job-{index}", node, "stalled", "ProgressStalled", 0.0, rank=rank, location=at
+    )
+
+
+def test_a_hang_signature_names_where_it_hangs() -> None:
+    sig = crashloop.signature
+    assert sig(stall(1, "n2")) == (
+        "stalled/ProgressStalled: index 1 on node n2, every rank in a collective"
+    )
+    assert sig(stall(1, "n2")) != sig(stall(1, "n3")), "a hang on another node: another cause"
+    assert sig(stall(1, "n2")) != sig(stall(0, "n2"))
+    at22, at40 = "/w/t.py:22 in load", "/w/t.py:40 in load"
+    assert (
+        sig(stall(1, "n2", 3, at22))
+        == sig(stall(0, "n5", 3, at22))
+        == ("stalled/ProgressStalled: rank 3 at /w/t.py:22 in load")
+    )
+    assert sig(stall(1, "n2", 3, at22)) != sig(stall(1, "n2", 3, at40))
+    assert sig(stall(1, "n2", 3, at22)) != sig(stall(1, "n2", 2, at22))
+
+
+UID = "uid-1"
+HANG: dict[str, Any] = {"runPolicy": {"progressTimeoutSeconds": 60}}
+
+
+def live(pods: list[dict[str, Any]], attempt: int, steps: int, read_at: float) -> dict[str, Any]:
+    """What every pod's launcher says when read at `read_at`: its step."""
+    out = {}
+    for p in pods:
+        i = int(p["metadata"]["labels"]["torchrun.dev/index"])
+        data = {"v": 1, "index": i, "rdzvId": f"{UID}-{attempt}", "progress": {"step": steps}}
+        out[p["metadata"]["uid"]] = {"at": at(read_at).timestamp(), "data": data}
+    return out
+
+
+def hang_at(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    t: float,
+    resumed: int,
+    reached: int,
+    quiet_first: int,
+    nodes: tuple[str, str],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The current attempt's pods run on `nodes`, resume from step `resumed` and train to
+    `reached`; then pod `quiet_first` goes quiet, the other a moment later, every rank in a
+    collective (a communication hang). Returns the job after the decision and the pods."""
+    attempt = job["status"]["attempt"]
+    current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
+    ready = []
+    for i, p in enumerate(current):
+        p = set_running(p, ready=True, node=nodes[i], t=t)
+        p["metadata"]["uid"] = f"pod-{p['metadata']['name']}"
+        ready.append(p)
+    for dt, steps in ((0, None), (15, resumed), (30, reached)):
+        reads = live(ready, attempt, steps, t + dt) if steps is not None else None
+        plan = reconcile(job, ready, at(t + dt), live=reads)
+        job, ready = apply(job, ready, plan, t + dt)
+    reads = live(ready, attempt, reached, t + 30)
+    quiet = [copy.deepcopy(p) for p in ready]
+    for n, i in enumerate((quiet_first, 1 - quiet_first)):
+        quiet[i]["status"]["conditions"][0]["status"] = "False"
+        when = t + 100 + n
+        plan = reconcile(job, quiet, at(when), live=reads)
+        job, quiet = apply(job, quiet, plan, when)
+    plan = reconcile(job, quiet, at(t + 120), live=reads)
+    job, pods = apply(job, quiet, plan, t + 120)
+    if job["status"]["phase"] == "Restarting":
+        plan = reconcile(job, drop_terminating(pods), at(t + 121))
+        job, pods = apply(job, drop_terminating(pods), plan, t + 121)
+    return job, pods
+
+
+@pytest.mark.parametrize(
+    ("second", "loop"),
+    [
+        # Another flaky node hangs after the restart trained 600 steps from its checkpoint.
+        ({"resumed": 4000, "reached": 4600, "quiet_first": 0, "nodes": ("n3", "n4")}, False),
+        # The same node hangs again, but the attempt trained past where it resumed.
+        ({"resumed": 4000, "reached": 4600, "quiet_first": 1, "nodes": ("n1", "n2")}, False),
+        # Another node hangs at the same step: another cause.
+        ({"resumed": 4000, "reached": 5000, "quiet_first": 0, "nodes": ("n3", "n4")}, False),
+        # The same node hangs at the same step again: a loop.
+        ({"resumed": 4000, "reached": 5000, "quiet_first": 1, "nodes": ("n1", "n2")}, True),
+        # The same node hangs again before the attempt trained a step: a loop.
+        ({"resumed": 4000, "reached": 4000, "quiet_first": 1, "nodes": ("n1", "n2")}, True),
+    ],
+)
+def test_a_hang_after_a_checkpoint_restart_is_a_crash_loop_only_at_the_same_place(
+    second: dict[str, Any], loop: bool
+) -> None:
+    """Attempt 0 trains from step 0 and hangs in NCCL at step 5000, pod 1 (node n2) quiet
+    first; attempt 1 resumes from a checkpoint and hangs again."""
+    job, pods = start(make_job(nodes=2, failurePolicy=POLICY, **HANG))
+    job, pods = hang_at(job, pods, 10, 0, 5000, 1, ("n1", "n2"))
+    st = job["status"]
+    assert st["attempt"] == 1 and st["phase"] == "Starting"
+    assert st["restarts"][-1]["step"] == 5000
+    assert st["restarts"][-1]["signature"] == (
+        "stalled/ProgressStalled: index 1 on node n2, every rank in a collective"
+    )
+    job, _ = hang_at(job, pods, 300, **second)
+    st = job["status"]
+    if loop:
+        failed = cond(st, "Failed")
+        assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
+    else:
+        assert st["phase"] == "Starting" and st["attempt"] == 2, cond(st, "Failed")
+        assert st["restarts"][-1]["step"] == second["reached"]

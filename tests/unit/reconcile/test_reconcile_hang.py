@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 import pytest
-from dtj_factory import at, iso, make_job, set_running, set_terminated, start, step
+from dtj_factory import at, by_name, iso, make_job, set_running, set_terminated, start, step
 from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
@@ -95,9 +95,10 @@ def test_a_pod_that_lost_the_store_host_had_joined() -> None:
 
 def test_rendezvous_timeout_names_a_running_pod_whose_launcher_never_joined() -> None:
     job, pods = start(make_job(nodes=3))
+    _, job, pods = step(job, [running(p, False) for p in pods], 1)  # seen Running at 1
     pods = [
         set_terminated(pods[0], 1, RDZV_TIMEOUT, t=20),
-        running(pods[1], False),
+        pods[1],
         set_terminated(pods[2], 1, RDZV_TIMEOUT, t=20),
     ]
     plan, _, _ = step(job, pods, 1 + 600 + hang.STALL_GRACE_SECONDS)
@@ -120,7 +121,10 @@ def test_dns_timeout_keeps_the_reporting_pod_as_cause() -> None:
 
 def test_hung_rendezvous_with_every_launcher_silent_fails_after_timeout_and_margin() -> None:
     job, pods = start(make_job(nodes=2, rendezvous={"joinTimeoutSeconds": 20}))
-    pods = [running(pods[0], False, t=3), running(pods[1], False, t=5)]
+    pods = [running(pods[0], False, t=3), pods[1]]
+    _, job, pods = step(job, pods, 3)
+    pods = [pods[0], running(pods[1], False, t=5)]
+    _, job, pods = step(job, pods, 5)  # the operator sees the last pod Running at 5
     limit = 5 + 20 + hang.RENDEZVOUS_MARGIN_SECONDS
     plan, job, pods = step(job, pods, 10)
     assert plan.status["phase"] == "Running"
@@ -143,6 +147,7 @@ def test_hung_rendezvous_with_every_launcher_silent_fails_after_timeout_and_marg
 def test_hung_rendezvous_names_only_the_pods_that_are_not_ready() -> None:
     job, pods = start(make_job(nodes=2))
     pods = [running(pods[0], True), running(pods[1], False)]
+    _, job, pods = step(job, pods, 1)
     plan, _, _ = step(job, pods, 1 + 600 + hang.RENDEZVOUS_MARGIN_SECONDS)
     assert plan.status["failure"]["index"] == 1
     assert "job-0" not in plan.status["failure"]["message"]
@@ -152,7 +157,7 @@ def test_a_pod_that_never_starts_fails_the_rendezvous_on_the_timer() -> None:
     # Seen on the real cluster: pod 0 (the store host) unschedulable, the others waiting for
     # its DNS name and reporting nothing within joinTimeoutSeconds.
     job, pods = start(make_job(nodes=2))
-    plan, _, _ = step(job, [pods[0], running(pods[1], False)], 100)
+    plan, job, _ = step(job, [pods[0], running(pods[1], False)], 100)
     assert plan.status["phase"] == "Starting" and plan.requeue_after is not None
     plan, _, _ = step(job, [pods[0], running(pods[1], False)], 5000)
     assert plan.status["phase"] == "Failed"
@@ -189,6 +194,7 @@ PROGRESS = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"back
 def test_a_pod_that_goes_quiet_after_rendezvous_is_a_stall_and_restarts_the_gang() -> None:
     job, pods = training(PROGRESS)
     pods = [pods[0], running(pods[1], False, since=100)]
+    _, job, _ = step(job, pods, 100)  # the operator sees it NotReady at 100
     plan, job2, _ = step(job, pods, 100 + hang.STALL_GRACE_SECONDS - 1)
     assert plan.status["phase"] == "Running"
     assert plan.requeue_after == pytest.approx(1)
@@ -209,7 +215,10 @@ def test_a_pod_that_goes_quiet_after_rendezvous_is_a_stall_and_restarts_the_gang
 
 def test_stall_with_spent_budget_fails_naming_every_quiet_rank() -> None:
     job, pods = training({**PROGRESS, "failurePolicy": {"maxRestarts": 0}}, nodes=3)
-    pods = [running(pods[0], False, since=50), pods[1], running(pods[2], False, since=48)]
+    quiet = [pods[0], pods[1], running(pods[2], False, since=48)]
+    _, job, _ = step(job, quiet, 48)
+    pods = [running(pods[0], False, since=50), pods[1], quiet[2]]
+    _, job, _ = step(job, pods, 50)
     plan, _, _ = step(job, pods, 70)
     status = plan.status
     assert status["phase"] == "Failed"
@@ -225,10 +234,15 @@ def test_stall_with_spent_budget_fails_naming_every_quiet_rank() -> None:
 
 
 def test_a_pod_that_joined_after_rendezvous_is_not_judged_by_progress() -> None:
-    job, pods = training(PROGRESS)
-    late = running(pods[1], False, t=200, since=200)
+    spec = {**PROGRESS, "elastic": {"minNodes": 1}}
+    job, pods = training(spec)
+    plan, job, pods = step(job, [pods[0], set_terminated(pods[1], 137, reason="OOMKilled")], 20)
+    assert [p["metadata"]["name"] for p in plan.create] == ["job-1-a0r1"]
+    late = running(by_name(pods)["job-1-a0r1"], False, t=200)
+    _, job, _ = step(job, [pods[0], late], 200)  # first seen Running after the rendezvous
     plan, _, _ = step(job, [pods[0], late], 300)
     assert plan.status["phase"] == "Running"
+    assert plan.status["failure"]["reason"] == "OOMKilled"  # the replaced pod's, no stall
 
 
 # ---- the pure pieces ------------------------------------------------------------------------
@@ -242,14 +256,14 @@ def pod_view(**status: Any) -> Any:
     ("status", "why"),
     [
         ({"phase": "Pending"}, "never started (Pending)"),
-        ({"phase": "Running"}, "is Running but never joined"),  # no start time: stuck
+        ({"phase": "Running"}, "is Running but never joined"),  # never seen Running: stuck
         ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, None),
         ({"phase": "Succeeded"}, None),
         ({"phase": "Failed", "reason": "Evicted"}, "failed before it joined (Evicted)"),
     ],
 )
 def test_absent_reason(status: dict[str, Any], why: str | None) -> None:
-    got = hang.absent_reason(pod_view(**status), at(0).timestamp(), 600)
+    got = hang.absent_reason(pod_view(**status), hang.Watched(), at(0).timestamp(), 600)
     assert (got is None) if why is None else (got is not None and got[1].startswith(why))
 
 
@@ -258,21 +272,22 @@ def test_a_running_pod_is_waiting_until_its_join_timeout_then_stuck() -> None:
         phase="Running",
         containerStatuses=[{"name": "trainer", "state": {"running": {"startedAt": iso(0)}}}],
     )
+    seen = hang.Watched(running=at(0).timestamp())
     limit = 20 + hang.STALL_GRACE_SECONDS
-    assert hang.absent_reason(pod, at(limit - 1).timestamp(), 20) is None
-    got = hang.absent_reason(pod, at(limit).timestamp(), 20)
+    assert hang.absent_reason(pod, seen, at(limit - 1).timestamp(), 20) is None
+    got = hang.absent_reason(pod, seen, at(limit).timestamp(), 20)
     assert got is not None and got[1].startswith("is Running but never joined")
 
 
 def test_absent_reason_of_a_pod_never_created_or_that_waited() -> None:
-    assert hang.absent_reason(None, 0, 1) == (0, "was never created")
+    assert hang.absent_reason(None, hang.Watched(), 0, 1) == (0, "was never created")
     waited = {
         "phase": "Failed",
         "containerStatuses": [
             {"name": "trainer", "state": {"terminated": {"exitCode": 1, "message": RDZV_TIMEOUT}}}
         ],
     }
-    assert hang.absent_reason(pod_view(**waited), 0, 1) is None
+    assert hang.absent_reason(pod_view(**waited), hang.Watched(), 0, 1) is None
 
 
 def test_stalled_waits_for_the_grace_period() -> None:

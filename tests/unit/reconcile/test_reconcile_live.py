@@ -252,6 +252,7 @@ def test_per_pod_progress_and_the_jobs_eta() -> None:
         "totalSteps": 1000,
         "stepsPerSecond": 2.0,
         "eta": iso(29.5 + 882 / 2),
+        "startStep": 118,  # the first step the operator saw of the attempt
     }
     # The same answers read later change nothing (no status write for nothing).
     again = reconcile({**job, "status": st}, pods, at(45), live=live_for(pods, answers))
@@ -343,6 +344,7 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
         p = copy.deepcopy(p)
         p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
         quiet.append(p)
+    _, job, _ = step(job, quiet, 100)  # the operator sees both NotReady at 100
     stall_at = at(99).timestamp()
     waiting = {"rank": 0, "localRank": 0, "inCollective": True, "at": "/w/t.py:30 in main"}
     answers = {
@@ -380,6 +382,7 @@ def test_stall_without_stacks_names_the_pod_that_went_quiet_first() -> None:
     _, job, pods = step(job, pods, 5)
     quiet = copy.deepcopy(pods)
     quiet[1]["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
+    _, job, _ = step(job, quiet, 100)
     failure = reconcile(job, quiet, at(111)).status["failure"]
     assert (failure["index"], failure["pod"]) == (1, "job-1") and "location" not in failure
     assert failure["message"].startswith("pod job-1 reported no training progress")

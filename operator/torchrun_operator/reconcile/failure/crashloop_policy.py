@@ -1,4 +1,4 @@
-"""Stop restarting when an attempt failed like the one before it and got no further
+"""Stop restarting when an attempt failed like the one before it and made no progress
 (failurePolicy.crashLoopDetection; the signature and step rules are reconcile/crashloop.py)."""
 
 from __future__ import annotations
@@ -14,15 +14,20 @@ from .cause import describe
 
 def crash_loop(ctx: Ctx, cause: Candidate, signature: str | None, step: int | None) -> bool:
     """Fail the job (CrashLoopNoProgress) when this attempt failed like the one before it
-    and got no further. True when it did."""
+    and made no progress. True when it did."""
     before = crashloop.previous_failure(ctx.status.get("restarts") or [], ctx.attempt)
     if signature is None or before.get("signature") != signature:
         return False
     previous = before.get("step")
     previous = previous if isinstance(previous, int) and not isinstance(previous, bool) else None
-    if not crashloop.made_no_progress(step, previous):
+    progress = ctx.status.get("progress") or {}
+    start = progress.get(crashloop.START_STEP)
+    start = start if isinstance(start, int) and not isinstance(start, bool) else None
+    if not crashloop.made_no_progress(step, start, previous):
         return False
     here = "before its first step" if step is None else f"at step {step}"
+    if step is not None and step != previous:
+        here += " (the first step seen of it)"  # no progress past its own start
     message = truncate(
         f"attempt {ctx.attempt} failed {here}, no further than attempt {ctx.attempt - 1} "
         f"(step {previous}), with the same error ({signature}); not restarting "

@@ -1,6 +1,7 @@
 """Hangs no launcher reports (the detection rules are reconcile/hang.py): a rendezvous that
 never completes with every pod Running, and (opt-in, runPolicy.progressTimeoutSeconds) pods
-that stopped reporting training progress. Either ends the attempt like a failure."""
+that stopped reporting training progress. Either ends the attempt like a failure. Their timers
+run on the operator's clock, from the times it keeps in status.ranks[] (hang.observed)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ...api.status_names import ConditionType, Reason
 from ...api.timefmt import seconds
 from .. import conditions as cond
 from .. import hang
-from ..context import Ctx, Seen, node_ranks
+from ..context import Ctx, Seen, entries, node_ranks
 from ..observe import truncate
 from ..rootcause import Candidate, classify
 from .restart import fail_or_restart
@@ -20,7 +21,7 @@ def name_absentees(ctx: Ctx, seen: Seen, cause: Candidate) -> Candidate:
     """A rendezvous timeout is caused by the pods that never arrived: name them (the first
     as the failure's pod), not the launcher that gave up waiting."""
     join = ctx.spec.rendezvous.join_timeout_seconds
-    absent = hang.absentees(seen.slots, ctx.now, join)
+    absent = hang.absentees(seen.slots, hang.watched(entries(ctx.status)), ctx.now, join)
     if not absent:
         return cause
     missing = {a.node_index for a in absent}
@@ -46,11 +47,12 @@ def hung(ctx: Ctx, seen: Seen) -> bool:
     rdzv = cond.get(ctx.conds, ConditionType.RENDEZVOUS_DONE)
     done = rdzv is not None and rdzv.get("status") == "True"
     pods = {i: pod for i, (_, pod) in seen.slots.items()}
-    deadline = hang.rendezvous_hang_deadline(pods, done, join)
+    watched = hang.watched(entries(ctx.status))
+    deadline = hang.rendezvous_hang_deadline(pods, watched, done, join)
     if deadline is not None and ctx.now < deadline:
         ctx.requeue.append(deadline - ctx.now)
     elif deadline is not None:
-        absent = hang.absentees(seen.slots, ctx.now, join)
+        absent = hang.absentees(seen.slots, watched, ctx.now, join)
         first = absent[0]  # not every pod is Ready, so someone is absent
         message = truncate(hang.rendezvous_hang_message(absent, join))
         cause = Candidate(
@@ -68,7 +70,8 @@ def hung(ctx: Ctx, seen: Seen) -> bool:
     if timeout is None or rdzv is None or not done:
         return False
     ranks_by_index = node_ranks(ctx)
-    quiet = hang.quiet_pods(seen.current, seconds(rdzv.get("lastTransitionTime")), ranks_by_index)
+    rendezvous_at = seconds(rdzv.get("lastTransitionTime"))
+    quiet = hang.quiet_pods(seen.current, watched, rendezvous_at, ranks_by_index)
     due, wait = hang.stalled(quiet, ctx.now)
     if wait is not None:
         ctx.requeue.append(wait)
@@ -90,7 +93,7 @@ def hung(ctx: Ctx, seen: Seen) -> bool:
         node_rank=quiet_first.node_rank,
     )
     culprit = hang.outside_collective(
-        {i: (p.name, ctx.live.get(p.uid or "")) for i, p in seen.current.items()}
+        {i: (p.name, ctx.live.get(p.uid or "")) for i, p in seen.current.items()}, watched
     )
     if culprit is not None:
         # The stacks the launchers dumped name the rank that is not waiting in a collective:
