@@ -795,6 +795,11 @@ class JobStatus(_Wire):
     """The metadata.generation this status was computed from."""
     attempt: int | None = None
     """The gang attempt, from 0; each gang restart or resume starts the next."""
+    attempt_spec_hash: str | None = None
+    """A hash of the spec fields the current attempt's pods are rendered from (the template,
+    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun and scheduling), recorded
+    when the attempt starts. A spec that hashes otherwise while the attempt's pods run starts
+    the next attempt (restart reason SpecChanged): no attempt mixes pods of two specs."""
     world_size: int | None = None
     """Ranks when all spec.nodes pods take part: nodes times processes per pod."""
     nodes: NodeCounts | None = None
