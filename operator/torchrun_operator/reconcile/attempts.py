@@ -44,7 +44,7 @@ def spec_hash(spec: JobSpec) -> str:
     """The hash of the fields in POD_SHAPING, and of `nodes` unless the job is elastic (an
     elastic job's pods run `--nnodes MIN:MAX` and it scales within its attempt). Defaults are
     left out, so a field the API or a newer model fills with its default hashes as unset."""
-    fields = POD_SHAPING if spec.is_elastic else POD_SHAPING | {"nodes"}
+    fields = set(POD_SHAPING) if spec.is_elastic else {*POD_SHAPING, "nodes"}
     shaped = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True, include=fields)
     text = json.dumps(shaped, sort_keys=True, separators=(",", ":"))
     return f"{VERSION}-{hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]}"
