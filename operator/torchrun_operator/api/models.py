@@ -749,8 +749,8 @@ class RestartRecord(_Wire):
     node_rank: int | None = None
     """torchrun's node rank of the pod that failed, if known."""
     kind: RestartKind | None = None
-    """What caused it: the program (user), the pods or nodes (infrastructure), a resume
-    (suspend), or an elastic pod replacement."""
+    """What caused it: the program (user), the pods or nodes (infrastructure), a resume or a
+    spec changed under the running attempt (suspend), or an elastic pod replacement."""
     step: int | None = None
     """The last step the failed attempt reached (the highest any pod reported), if reported."""
     signature: str | None = None
