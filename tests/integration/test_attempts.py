@@ -124,7 +124,7 @@ def test_a_pod_of_an_older_attempt_is_deleted_while_the_next_attempt_runs(
     # Attempt 0's pod of index 0 as the operator renders it (owned by the job, its labels,
     # attempt label 0), created now as a late create would land: it shares the hostname of
     # stale-0-a1, the rendezvous host.
-    late = render_pod(get_job(kube, namespace, name), 0, 0)
+    late: Any = render_pod(get_job(kube, namespace, name), 0, 0)
     assert late["metadata"]["labels"][names.LABEL_ATTEMPT] == "0"
     core = client.CoreV1Api(kube)
     core.create_namespaced_pod(namespace, late)
