@@ -62,9 +62,10 @@ def wait_ready(kube: client.ApiClient, ns: str, name: str, attempt: int) -> dict
         job = get_job(kube, ns, name)
         st = job.get("status") or {}
         done = jobs.condition(st, "RendezvousDone") or {}
-        return job if st.get("attempt") == attempt and done.get("status") == "True" else None
+        training = st.get("phase") == "Running" and done.get("status") == "True"
+        return job if st.get("attempt") == attempt and training else None
 
-    found: dict[str, Any] = wait_for(f"{name} attempt {attempt} training", ready, timeout=180)
+    found: dict[str, Any] = wait_for(f"{name} attempt {attempt} training", ready, timeout=300)
     return found
 
 

@@ -82,4 +82,5 @@ def follow_spec(ctx: Ctx) -> None:
     ctx.set_phase(Phase.PENDING)
     message = f"the spec changed while attempt {old} ran; starting attempt {old + 1} from it"
     ctx.set_cond(ConditionType.RUNNING, False, Reason.SPEC_CHANGED, message)
+    ctx.set_cond(ConditionType.RENDEZVOUS_DONE, False, Reason.SPEC_CHANGED, message)
     ctx.event("Normal", Reason.SPEC_CHANGED, message[0].upper() + message[1:])

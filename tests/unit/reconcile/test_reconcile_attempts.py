@@ -101,6 +101,7 @@ def test_a_missed_suspend_with_more_nodes_starts_a_new_attempt_of_the_new_shape(
     assert st["restarts"][-1]["kind"] == "suspend"
     assert st["counters"]["restarts"] == 0
     assert cond(st, "Running")["status"] == "False"
+    assert cond(st, "RendezvousDone")["status"] == "False"
     assert [e.reason for e in plan.events] == ["SpecChanged"]
     # Intent first: the recorded hash is still attempt 0's until attempt 1 creates its pods.
     assert st["attemptSpecHash"] == job["status"]["attemptSpecHash"]
