@@ -794,8 +794,8 @@ class RestartRecord(_Wire):
     node_rank: int | None = None
     """torchrun's node rank of the pod that failed, if known."""
     kind: RestartKind | None = None
-    """What caused it: the program (user), the pods or nodes (infrastructure), a resume
-    (suspend), or an elastic pod replacement."""
+    """What caused it: the program (user), the pods or nodes (infrastructure), a resume or a
+    spec changed under the running attempt (suspend), or an elastic pod replacement."""
     step: int | None = None
     """The last step the failed attempt reached (the highest any pod reported), if reported."""
     signature: str | None = None
@@ -845,6 +845,11 @@ class JobStatus(_Wire):
     """The metadata.generation this status was computed from."""
     attempt: int | None = None
     """The gang attempt, from 0; each gang restart or resume starts the next."""
+    attempt_spec_hash: str | None = None
+    """A hash of the spec fields the current attempt's pods are rendered from (the template,
+    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun and scheduling), recorded
+    when the attempt starts. A spec that hashes otherwise while the attempt's pods run starts
+    the next attempt (restart reason SpecChanged): no attempt mixes pods of two specs."""
     world_size: int | None = None
     """Ranks when all spec.nodes pods take part: nodes times processes per pod."""
     nodes: NodeCounts | None = None

@@ -70,6 +70,8 @@ class Reason(StrEnum):
     # Suspended, resumed
     SUSPENDED = "Suspended"
     RESUMED = "Resumed"
+    # a new attempt because the spec its pods come from changed (reconcile/attempts.py)
+    SPEC_CHANGED = "SpecChanged"
     # Queued (Kueue): admitted, evicted, re-admitted
     QUEUED = "Queued"
     ADMITTED = "Admitted"

@@ -31,8 +31,8 @@ from ..api.status_names import (
 )
 from ..api.timefmt import seconds
 from ..render import render_pod, world_size
+from . import attempts, crashloop, failure, gang, hang
 from . import conditions as cond
-from . import crashloop, failure, gang, hang
 from . import progress as prog
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
@@ -119,6 +119,7 @@ def reconcile(
         elif phase == Phase.QUEUED:
             admitted(ctx, waited)
         if not _deadline_passed(ctx):
+            attempts.follow_spec(ctx)
             if ctx.phase in (Phase.PENDING, Phase.RESTARTING):
                 before = json_copy(ctx.status)
                 decided = len(ctx.transitions)
@@ -276,6 +277,7 @@ def _start_attempt(ctx: Ctx) -> None:
 def _begin(ctx: Ctx, created: int) -> None:
     st = ctx.status
     ctx.set_phase(Phase.STARTING)
+    attempts.record(ctx)
     st.setdefault("startTime", ctx.stamp)
     st["nodes"] = counts(ctx.spec.nodes)
     attempt = ctx.attempt
@@ -320,6 +322,9 @@ def _migrated(status: dict[str, Any]) -> dict[str, Any]:
 
 def _observe(ctx: Ctx) -> None:
     st, attempt, desired = ctx.status, ctx.attempt, ctx.spec.nodes
+    # A pod of an earlier attempt that turns up now (a late create) shares its hostname, and
+    # so its DNS name, with the current pod of its index: it goes whenever it is seen.
+    ctx.delete_pods(attempts.stale_pods(ctx.pods, attempt))
     by_name = {p.name: p for p in ctx.pods if p.attempt == attempt}
     old = {r.get("index"): r for r in entries(st)}
     seen = Seen()
