@@ -24,10 +24,12 @@ import errno
 import faulthandler
 import http.server
 import json
+import math
 import os
 import re
 import signal
 import socket
+import stat
 import sys
 import sysconfig
 import threading
@@ -452,53 +454,116 @@ def endpoint_host(flags: Sequence[str], env: Mapping[str, str]) -> str | None:
     return value.rsplit(":", 1)[0] if ":" in value else value
 
 
+# The progress file is written by the user's script: untrusted input. The launcher reads at
+# most its last PROGRESS_READ_LIMIT bytes, decodes JSON only when it is shallow (json's decoder
+# recurses: a deeply nested array raised RecursionError and broke the launcher), and takes
+# only finite numbers in range; any other read is ignored (logged once).
+PROGRESS_READ_LIMIT = 4096
+MAX_STEP = 2**53  # step and total: integers 0..2**53 (exact as JSON numbers everywhere)
+MAX_STEP_TIME = 1e6  # stepTime: seconds, 0..10**6 (sums of them stay finite)
+_MAX_JSON_NESTING = 16
+_DIGITS = re.compile(r"[0-9]{1,32}", re.ASCII)
+_progress_warned: set[str] = set()
+
+
+def _progress_int(value: Any) -> int | None:
+    """A step or total: an integer (or integral float, or a string of digits) 0..MAX_STEP."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = int(value) if _DIGITS.fullmatch(value) else None
+    elif isinstance(value, float):
+        value = int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, int) and 0 <= value <= MAX_STEP:
+        return value
+    return None
+
+
+def _progress_seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond float
+        return None
+    return seconds if 0 <= seconds <= MAX_STEP_TIME else None  # NaN fails both
+
+
+def _ignore_progress(text: str, why: str) -> None:
+    if not _progress_warned:
+        _progress_warned.add(why)
+        log("ignoring progress file content (logged once)", why=why, content=repr(text[:80]))
+
+
 def parse_progress(text: str | None) -> dict[str, Any] | None:
     """What a training script wrote to the progress file (docs/progress.md): its last line
     "<step>" or "<step> <total>", or JSON {"step": n, "total": m, "stepTime": s} (total and
     stepTime optional: the declared number of steps, and the seconds this rank spent on its
-    own work in the last step). None when there is no step in it."""
+    own work in the last step). None when there is no valid step in it; a total or stepTime
+    out of range is dropped. Never raises."""
     text = (text or "").strip()
     if not text:
         return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
+    data: Any = None
+    if text.startswith("{") and text.count("{") + text.count("[") <= _MAX_JSON_NESTING:
         try:
-            out["step"] = int(data["step"])
-        except (KeyError, TypeError, ValueError):
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+    if isinstance(data, dict):
+        step = _progress_int(data.get("step"))
+        if step is None:
+            _ignore_progress(text, "no step in 0..2**53")
             return None
-        for key, kind in (("total", int), ("stepTime", float)):
-            try:
-                if data.get(key) is not None:
-                    out[key] = kind(data[key])
-            except (TypeError, ValueError):
-                pass
+        out: dict[str, Any] = {"step": step}
+        total = _progress_int(data.get("total"))
+        if total is not None:
+            out["total"] = total
+        step_time = _progress_seconds(data.get("stepTime"))
+        if step_time is not None:
+            out["stepTime"] = step_time
         return out
-    if isinstance(data, bool):
+    if text.startswith(("{", "[")):
+        _ignore_progress(text, "not a JSON object of at most 16 levels")
         return None
-    if isinstance(data, int):
-        return {"step": data}
     words = text.splitlines()[-1].split()
-    try:
-        if len(words) == 2:
-            return {"step": int(words[0]), "total": int(words[1])}
-        return {"step": int(words[-1])}
-    except ValueError:
+    if not words or len(words) > 2 or not all(_DIGITS.fullmatch(w) for w in words):
+        _ignore_progress(text, "last line is not '<step>' or '<step> <total>'")
         return None
+    step, total = _progress_int(words[0]), _progress_int(words[1]) if len(words) == 2 else None
+    if step is None:
+        _ignore_progress(text, "no step in 0..2**53")
+        return None
+    return {"step": step} if total is None else {"step": step, "total": total}
+
+
+def read_progress_text(path: str | None) -> str | None:
+    """The progress file's last PROGRESS_READ_LIMIT bytes (whole lines), or None when there is
+    no regular file. Opened without blocking: a FIFO there must not hang the reader."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - PROGRESS_READ_LIMIT)
+        data = os.pread(fd, PROGRESS_READ_LIMIT, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if start > 0:  # began mid-file: drop the partial first line
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return data.decode("utf-8", errors="replace")
 
 
 def read_step(path: str | None) -> int | None:
     """Last step a training script wrote to the progress file (see parse_progress)."""
-    if not path:
-        return None
-    try:
-        with open(path) as fp:
-            found = parse_progress(fp.read())
-    except OSError:
-        return None
+    found = parse_progress(read_progress_text(path))
     return found["step"] if found else None
 
 
@@ -657,7 +722,9 @@ class ProgressMonitor:
         ready_text = _read_text(self.ready_path)
         if ready_text is not None:
             self._ready_text = ready_text
-        action = self.watch.observe(now, ready_text is not None, _read_text(self.progress_file))
+        action = self.watch.observe(
+            now, ready_text is not None, read_progress_text(self.progress_file)
+        )
         step = read_step(self.progress_file)
         if action == "stall":
             quiet = self.watch.timeout
@@ -748,7 +815,7 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
     def run() -> None:
         while True:
             try:
-                LIVE.observe_progress(time.time(), _read_text(path), window)
+                LIVE.observe_progress(time.time(), read_progress_text(path), window)
                 if monitor is not None and monitor.poll(time.monotonic()) == "resume":
                     LIVE.set_stall(None)
             except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
