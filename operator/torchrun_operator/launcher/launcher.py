@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import faulthandler
+import glob
 import http.server
 import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -103,15 +105,25 @@ KIND_COMM: Final = "comm"  # the recorded error is a communication failure
 KIND_ORDER: tuple[FailureKind, ...] = (KIND_EXCEPTION, KIND_EXIT, KIND_SIGNAL, KIND_COMM)
 
 
-class FailureRecord(TypedDict):
-    """One failed worker in the report."""
-
+class _FailureRequired(TypedDict):
     rank: int  # global rank
     localRank: int
     exitCode: int
     kind: FailureKind
     error: str
     at: float  # unix seconds, the worker's own clock when it recorded the error
+
+
+class FailureRecord(_FailureRequired, total=False):
+    """One failed worker in the report."""
+
+    # Only when the worker recorded no error (kinds exit and signal): the last lines of its
+    # stderr, at most STDERR_TAIL_LIMIT characters (argparse's usage error, a log line before
+    # sys.exit(1), faulthandler's dump of a segfault).
+    stderr: str
+
+
+STDERR_TAIL_LIMIT = 2048
 
 
 class _SummaryRequired(TypedDict):
@@ -284,18 +296,23 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
         return out
 
     originals = [str(f.get("error") or "") for f in failures]
+    tails = [str(f.get("stderr") or "") for f in failures]
     top = str(summary.get("message") or "")
 
     def shorten(budget: int) -> bool:
-        for f, err in zip(failures, originals, strict=True):
+        for f, err, tail in zip(failures, originals, tails, strict=True):
             if "error" in f:
                 f["error"] = truncate_text(err, budget)
+            if tail:  # a stderr tail shrinks like the error (keeping its end), or goes
+                f["stderr"] = truncate_text(tail, budget)
+                if not f["stderr"]:
+                    del f["stderr"]
         if "message" in out:
             out["message"] = truncate_text(top, max(budget, 256))
         return _size(out) <= limit
 
     # 1. Shorten every message evenly, down to a length that still names the error.
-    budget = max(len(top), *(len(e) for e in originals), 1)
+    budget = max(len(top), *(len(e) for e in originals), *(len(t) for t in tails), 1)
     floor = 160
     while budget > floor:
         budget = max(budget // 2, floor)
@@ -306,6 +323,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     while len(failures) > 1 and _size(out) > limit:
         failures.pop()
         originals.pop()
+        tails.pop()
         omitted += 1
         out["omitted"] = omitted
     if _size(out) <= limit:
@@ -395,7 +413,10 @@ def failure_record(
     error_file_data: Any,
     fallback_message: str,
     timestamp: float,
+    stderr: str | None = None,
 ) -> FailureRecord:
+    """One failed worker; ``stderr`` (the tail of its stderr) is kept only when the worker
+    recorded no error, the only case where it says what the error file does not."""
     recorded = error_text_from_record(error_file_data)
     kind = classify_failure(exitcode, recorded)
     if recorded:
@@ -405,7 +426,7 @@ def failure_record(
     else:
         # torchelastic's placeholder ("To enable traceback see: ...") tells the user nothing.
         error = f"exited with code {exitcode} without recording an error"
-    return {
+    record: FailureRecord = {
         "rank": int(rank),
         "localRank": int(local_rank),
         "exitCode": int(exitcode),
@@ -413,6 +434,111 @@ def failure_record(
         "error": error,
         "at": round(precise_timestamp(error_file_data, timestamp), 3),
     }
+    if stderr and not recorded:
+        record["stderr"] = stderr[-STDERR_TAIL_LIMIT:]
+    return record
+
+
+# ---- the tail of a worker's stderr ---------------------------------------------------------
+#
+# Why torchrun's --tee: a worker that exits without an error file (argparse's exit 2, an
+# exit(1) after logging, a segfault, a C++ abort) said why only on its stderr, and the
+# report should quote it. Keeping a tail needs a copy of the stream somewhere. Any relay we
+# put between the worker and the pod log (a thread or process reading a pipe) sits in the
+# training process's write path: when it lags, the worker blocks on stderr; when it dies, the
+# worker gets EPIPE. torchrun's tee instead points the worker's stderr at a plain file (a
+# write never blocks on a reader) and its agent, in the launcher's process, copies new lines
+# to the pod log every 0.1 s; the launcher reads the file's last bytes once, after the worker
+# exited. The cost: stderr lines in the pod log carry torchrun's prefix ("[default0]:" or the
+# --log-line-prefix-template), and the file grows with the worker's stderr (the pod's
+# ephemeral storage: docs/pod-contract.md).
+
+LOGS_DIR = "logs"  # in the state dir: torchrun's --log-dir unless the user gave one
+_STDERR_READ = 8 * STDERR_TAIL_LIMIT
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _std_value(
+    flags: Sequence[str], names: Sequence[str], env_name: str, env: Mapping[str, str]
+) -> str:
+    value = flag_value(flags, names)
+    return (value if value is not None else env.get(env_name, "")).strip() or "0"
+
+
+def stderr_capture_flags(
+    flags: Sequence[str], env: Mapping[str, str], default_log_dir: str
+) -> tuple[list[str], str]:
+    """torchrun ``flags`` that also tee every worker's stderr to a file (``--tee`` with the
+    stderr bit added to what the user asked for), and the log dir those files are under
+    (``--log-dir``: the user's, else ``default_log_dir``). A per-rank mapping or a
+    ``--redirects`` of stderr is the user's choice and left as it is."""
+    out = list(flags)
+    log_dir = flag_value(flags, ("--log-dir", "--log_dir")) or env.get("PET_LOG_DIR", "")
+    if not log_dir:
+        log_dir = default_log_dir
+        out += ["--log-dir", log_dir]
+    tee = _std_value(flags, ("-t", "--tee"), "PET_TEE", env)
+    redirects = _std_value(flags, ("-r", "--redirects"), "PET_REDIRECTS", env)
+    if tee in "0123" and len(tee) == 1 and redirects in ("0", "1") and not int(tee) & 2:
+        out += ["--tee", str(int(tee) | 2)]
+    return out, log_dir
+
+
+def stderr_log_path(log_dir: str, local_rank: int) -> str | None:
+    """The newest ``stderr.log`` of a local rank under torchrun's log dir
+    (``<log dir>/<run id>_<random>/attempt_<n>/<local rank>/stderr.log`` in torch 2.1-2.x)."""
+    pattern = os.path.join(
+        glob.escape(log_dir), "*", "attempt_*", str(int(local_rank)), "stderr.log"
+    )
+    newest: tuple[float, str] | None = None
+    for path in glob.glob(pattern):
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError:
+            continue
+        if newest is None or mtime > newest[0]:
+            newest = (mtime, path)
+    return newest[1] if newest else None
+
+
+def clean_stderr_tail(data: bytes, partial_head: bool, limit: int = STDERR_TAIL_LIMIT) -> str:
+    """The last whole lines of ``data`` (a stderr's end) in at most ``limit`` characters:
+    decoded leniently, carriage-return progress bars and terminal colour codes turned into
+    plain lines, other control characters dropped."""
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub("", _ANSI_ESCAPE.sub("", text))
+    lines = text.split("\n")
+    if partial_head and len(lines) > 1:
+        lines = lines[1:]  # began mid-line
+    lines = [ln.rstrip() for ln in lines]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if not line and not kept:
+            continue  # trailing blank lines
+        if size + len(line) + (1 if kept else 0) > limit:
+            if not kept:
+                kept.append(line[len(line) - limit :])  # one long line: its end
+            break
+        size += len(line) + (1 if kept else 0)
+        kept.append(line)
+    return "\n".join(reversed(kept)).strip("\n")
+
+
+def read_stderr_tail(path: str | None, limit: int = STDERR_TAIL_LIMIT) -> str | None:
+    """The tail of a worker's stderr file (see clean_stderr_tail), None if there is none."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fp:
+            size = os.fstat(fp.fileno()).st_size
+            start = max(0, size - _STDERR_READ)
+            fp.seek(start)
+            data = fp.read(_STDERR_READ)
+    except OSError:
+        return None
+    return clean_stderr_tail(data, start > 0, limit) or None
 
 
 def exit_code_for(failures: Sequence[FailureRecord]) -> int:
@@ -1565,6 +1691,10 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     step_file = os.environ.get(ENV_PROGRESS_FILE)
     start_progress_monitor(sdir)
     parser = get_args_parser()
+    own_log_dir = os.path.join(sdir, LOGS_DIR)
+    flags, log_dir = stderr_capture_flags(flags, os.environ, own_log_dir)
+    if log_dir == own_log_dir:  # the emptyDir outlives the container: drop the last one's logs
+        shutil.rmtree(own_log_dir, ignore_errors=True)
     # The placeholder script is replaced below: only the launch configuration is taken from
     # torchrun's parser, so the user's command never meets argparse.
     try:
@@ -1606,6 +1736,9 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
                 error_file_data=pf.error_file_data,
                 fallback_message=pf.message if isinstance(pf.message, str) else "",
                 timestamp=pf.timestamp,
+                stderr=None
+                if error_text_from_record(pf.error_file_data)
+                else read_stderr_tail(stderr_log_path(log_dir, pf.local_rank)),
             )
             for grank, pf in e.failures.items()
         ]
