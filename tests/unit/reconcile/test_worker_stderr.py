@@ -103,12 +103,9 @@ def _pod(failure: dict[str, object]) -> observe.PodView:
 
 def test_root_cause_message_quotes_stderr_and_signature_ignores_it() -> None:
     base = {"rank": 0, "localRank": 0, "exitCode": 2, "kind": "exit", "error": BARE, "at": 1.0}
-    a = {
-        **base,
-        "stderr": "12:00:01 starting\nt.py: error: the following arguments are "
-        "required: --local_rank",
-    }
-    b = {**a, "stderr": a["stderr"].replace("12:00:01", "12:05:09")}
+    said = "12:00:01 starting\nt.py: error: the following arguments are required: --local_rank"
+    a = {**base, "stderr": said}
+    b = {**base, "stderr": said.replace("12:00:01", "12:05:09")}
     (ca,) = rootcause.pod_candidates(0, _pod(a), 5.0, 10.0)
     (cb,) = rootcause.pod_candidates(0, _pod(b), 5.0, 10.0)
     assert ca.message is not None
