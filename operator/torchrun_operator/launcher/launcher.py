@@ -453,7 +453,7 @@ def failure_record(
 # --log-line-prefix-template), and the file grows with the worker's stderr (the pod's
 # ephemeral storage: docs/pod-contract.md).
 
-LOGS_DIR = "logs"  # in the state dir: torchrun's --log-dir unless the user gave one
+LOGS_DIR = "logs"  # in the state dir: torchrun's --log_dir unless the user gave one
 _STDERR_READ = 8 * STDERR_TAIL_LIMIT
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -462,7 +462,16 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 def _std_value(
     flags: Sequence[str], names: Sequence[str], env_name: str, env: Mapping[str, str]
 ) -> str:
-    value = flag_value(flags, names)
+    """torchrun's value of a -r/-t option: the last of ``--x v``, ``--x=v``, ``-xv`` (argparse's
+    short form), else the environment's."""
+    value = None
+    for i, arg in enumerate(flags):
+        if arg in names and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif any(arg.startswith(n + "=") for n in names if n.startswith("--")):
+            value = arg.split("=", 1)[1]
+        elif any(arg.startswith(n) and len(arg) > len(n) for n in names if n[1] != "-"):
+            value = arg[2:]
     return (value if value is not None else env.get(env_name, "")).strip() or "0"
 
 
@@ -477,7 +486,7 @@ def stderr_capture_flags(
     log_dir = flag_value(flags, ("--log-dir", "--log_dir")) or env.get("PET_LOG_DIR", "")
     if not log_dir:
         log_dir = default_log_dir
-        out += ["--log-dir", log_dir]
+        out += ["--log_dir", log_dir]  # torch 2.1 knows only this spelling for sure
     tee = _std_value(flags, ("-t", "--tee"), "PET_TEE", env)
     redirects = _std_value(flags, ("-r", "--redirects"), "PET_REDIRECTS", env)
     if tee in "0123" and len(tee) == 1 and redirects in ("0", "1") and not int(tee) & 2:

@@ -19,16 +19,19 @@ ARGPARSE = (
 @pytest.mark.parametrize(
     ("flags", "env", "added"),
     [
-        ([], {}, ["--log-dir", "/s/logs", "--tee", "2"]),
-        (["--tee", "1"], {}, ["--log-dir", "/s/logs", "--tee", "3"]),
-        (["-t", "3"], {}, ["--log-dir", "/s/logs"]),
+        ([], {}, ["--log_dir", "/s/logs", "--tee", "2"]),
+        (["--tee", "1"], {}, ["--log_dir", "/s/logs", "--tee", "3"]),
+        (["-t", "3"], {}, ["--log_dir", "/s/logs"]),
+        (["-t3"], {}, ["--log_dir", "/s/logs"]),
+        (["-t1"], {}, ["--log_dir", "/s/logs", "--tee", "3"]),
+        (["-r2"], {}, ["--log_dir", "/s/logs"]),
         (["--tee=2", "--log_dir=/mine"], {}, []),
         ([], {"PET_TEE": "1", "PET_LOG_DIR": "/env"}, ["--tee", "3"]),
         # the user's own choices stand: a per-rank mapping, stderr redirected off the console
-        (["--tee", "0:1,1:0"], {}, ["--log-dir", "/s/logs"]),
-        (["--redirects", "2"], {}, ["--log-dir", "/s/logs"]),
-        (["-r", "3"], {}, ["--log-dir", "/s/logs"]),
-        (["--redirects", "1"], {}, ["--log-dir", "/s/logs", "--tee", "2"]),
+        (["--tee", "0:1,1:0"], {}, ["--log_dir", "/s/logs"]),
+        (["--redirects", "2"], {}, ["--log_dir", "/s/logs"]),
+        (["-r", "3"], {}, ["--log_dir", "/s/logs"]),
+        (["--redirects", "1"], {}, ["--log_dir", "/s/logs", "--tee", "2"]),
     ],
 )
 def test_stderr_capture_flags(flags: list[str], env: dict[str, str], added: list[str]) -> None:
