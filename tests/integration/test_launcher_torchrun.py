@@ -224,6 +224,37 @@ def test_non_python_command_is_execed(tmp_path: Path) -> None:
     assert "hello from 0" in node.output()
 
 
+def test_argparse_exit_is_reported_with_its_stderr(tmp_path: Path) -> None:
+    # A launch-era script run without its --local_rank: argparse prints why and exits 2,
+    # recording no error. The report quotes that stderr; the pod log still shows it as it came.
+    script = tmp_path / "launch_era.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import argparse, sys
+            print("starting", flush=True)
+            sys.stderr.write("some warning\\n")
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, required=True)
+            parser.parse_args()
+            """
+        )
+    )
+    node = start(tmp_path, "n0", ["python", str(script)], nproc=1, port=free_port())
+    assert node.wait() == 2, node.output()
+    s = node.summary()
+    assert s["state"] == "Failed" and len(s["failures"]) == 1, s
+    argparse_line = "launch_era.py: error: the following arguments are required: --local_rank"
+    for f in s["failures"]:
+        assert (f["kind"], f["exitCode"]) == ("exit", 2), f
+        assert f["error"] == "exited with code 2 without recording an error"
+        assert f["stderr"].endswith(argparse_line), f
+        assert f["stderr"].startswith("some warning\nusage: launch_era.py"), f
+    out = node.output()
+    assert re.search(r"^\S*:?" + re.escape(argparse_line) + "$", out, re.MULTILINE), out
+    assert "starting" in out
+
+
 def _netns_available() -> bool:
     if not shutil.which("unshare"):
         return False

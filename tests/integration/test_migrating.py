@@ -2,6 +2,7 @@
 
 - a launch-era script whose argparse requires --local_rank/--local-rank gets it, equal to
   LOCAL_RANK (spec.torchrun.localRankArg, or implied by python -m torch.distributed.launch);
+  without the setting, the job fails with argparse's line and a hint naming it;
 - a launcher in the command (torchrun, python -m torch.distributed.run) is unwrapped: the
   script runs under the operator's torchrun; the apiserver refuses flags the operator owns
   (CEL) but not the script's own arguments of the same names;
@@ -188,6 +189,23 @@ def test_launch_era_scripts_get_their_local_rank_argument(
             assert r["argv"] == [f"{flag}={local}", "--epochs", "2"]
             assert r["localRankArg"] == local and r["epochs"] == 2
         assert sorted(int(r["env"]["LOCAL_RANK"]) for r in ranks) == [0, 0, 1, 1]
+
+
+def test_a_launch_era_script_without_its_argument_fails_saying_why(
+    kube: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    # No localRankArg: argparse exits 2 and records no error. The job's failure quotes the
+    # worker's stderr and names the setting that fixes it.
+    doc = job_doc("no-arg", ["python", "/workspace/launch_era.py"], tmp_path, nodes=1)
+    status = run_jobs(kube, namespace, [doc])["no-arg"]["status"]
+    assert status["phase"] == "Failed", status
+    failure = status["failure"]
+    assert (failure["kind"], failure["exitCode"]) == ("exit", 2), failure
+    message = failure["message"]
+    assert message.endswith(
+        "launch_era.py: error: the following arguments are required: --local_rank/--local-rank"
+    ), message
+    assert "spec.torchrun.localRankArg" in message.splitlines()[0], message
 
 
 @pytest.mark.parametrize(

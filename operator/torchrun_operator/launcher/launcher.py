@@ -22,12 +22,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import faulthandler
+import glob
 import http.server
 import json
+import math
 import os
 import re
+import shutil
 import signal
 import socket
+import stat
 import sys
 import sysconfig
 import threading
@@ -102,15 +106,25 @@ KIND_COMM: Final = "comm"  # the recorded error is a communication failure
 KIND_ORDER: tuple[FailureKind, ...] = (KIND_EXCEPTION, KIND_EXIT, KIND_SIGNAL, KIND_COMM)
 
 
-class FailureRecord(TypedDict):
-    """One failed worker in the report."""
-
+class _FailureRequired(TypedDict):
     rank: int  # global rank
     localRank: int
     exitCode: int
     kind: FailureKind
     error: str
     at: float  # unix seconds, the worker's own clock when it recorded the error
+
+
+class FailureRecord(_FailureRequired, total=False):
+    """One failed worker in the report."""
+
+    # Only when the worker recorded no error (kinds exit and signal): the last lines of its
+    # stderr, at most STDERR_TAIL_LIMIT characters (argparse's usage error, a log line before
+    # sys.exit(1), faulthandler's dump of a segfault).
+    stderr: str
+
+
+STDERR_TAIL_LIMIT = 2048
 
 
 class _SummaryRequired(TypedDict):
@@ -283,18 +297,23 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
         return out
 
     originals = [str(f.get("error") or "") for f in failures]
+    tails = [str(f.get("stderr") or "") for f in failures]
     top = str(summary.get("message") or "")
 
     def shorten(budget: int) -> bool:
-        for f, err in zip(failures, originals, strict=True):
+        for f, err, tail in zip(failures, originals, tails, strict=True):
             if "error" in f:
                 f["error"] = truncate_text(err, budget)
+            if tail:  # a stderr tail shrinks like the error (keeping its end), or goes
+                f["stderr"] = truncate_text(tail, budget)
+                if not f["stderr"]:
+                    del f["stderr"]
         if "message" in out:
             out["message"] = truncate_text(top, max(budget, 256))
         return _size(out) <= limit
 
     # 1. Shorten every message evenly, down to a length that still names the error.
-    budget = max(len(top), *(len(e) for e in originals), 1)
+    budget = max(len(top), *(len(e) for e in originals), *(len(t) for t in tails), 1)
     floor = 160
     while budget > floor:
         budget = max(budget // 2, floor)
@@ -305,6 +324,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     while len(failures) > 1 and _size(out) > limit:
         failures.pop()
         originals.pop()
+        tails.pop()
         omitted += 1
         out["omitted"] = omitted
     if _size(out) <= limit:
@@ -394,7 +414,10 @@ def failure_record(
     error_file_data: Any,
     fallback_message: str,
     timestamp: float,
+    stderr: str | None = None,
 ) -> FailureRecord:
+    """One failed worker; ``stderr`` (the tail of its stderr) is kept only when the worker
+    recorded no error, the only case where it says what the error file does not."""
     recorded = error_text_from_record(error_file_data)
     kind = classify_failure(exitcode, recorded)
     if recorded:
@@ -404,7 +427,7 @@ def failure_record(
     else:
         # torchelastic's placeholder ("To enable traceback see: ...") tells the user nothing.
         error = f"exited with code {exitcode} without recording an error"
-    return {
+    record: FailureRecord = {
         "rank": int(rank),
         "localRank": int(local_rank),
         "exitCode": int(exitcode),
@@ -412,6 +435,120 @@ def failure_record(
         "error": error,
         "at": round(precise_timestamp(error_file_data, timestamp), 3),
     }
+    if stderr and not recorded:
+        record["stderr"] = stderr[-STDERR_TAIL_LIMIT:]
+    return record
+
+
+# ---- the tail of a worker's stderr ---------------------------------------------------------
+#
+# Why torchrun's --tee: a worker that exits without an error file (argparse's exit 2, an
+# exit(1) after logging, a segfault, a C++ abort) said why only on its stderr, and the
+# report should quote it. Keeping a tail needs a copy of the stream somewhere. Any relay we
+# put between the worker and the pod log (a thread or process reading a pipe) sits in the
+# training process's write path: when it lags, the worker blocks on stderr; when it dies, the
+# worker gets EPIPE. torchrun's tee instead points the worker's stderr at a plain file (a
+# write never blocks on a reader) and its agent, in the launcher's process, copies new lines
+# to the pod log every 0.1 s; the launcher reads the file's last bytes once, after the worker
+# exited. The cost: stderr lines in the pod log carry torchrun's prefix ("[default0]:" or the
+# --log-line-prefix-template), and the file grows with the worker's stderr (the pod's
+# ephemeral storage: docs/pod-contract.md).
+
+LOGS_DIR = "logs"  # in the state dir: torchrun's --log_dir unless the user gave one
+_STDERR_READ = 8 * STDERR_TAIL_LIMIT
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _std_value(
+    flags: Sequence[str], names: Sequence[str], env_name: str, env: Mapping[str, str]
+) -> str:
+    """torchrun's value of a -r/-t option: the last of ``--x v``, ``--x=v``, ``-xv`` (argparse's
+    short form), else the environment's."""
+    value = None
+    for i, arg in enumerate(flags):
+        if arg in names and i + 1 < len(flags):
+            value = flags[i + 1]
+        elif any(arg.startswith(n + "=") for n in names if n.startswith("--")):
+            value = arg.split("=", 1)[1]
+        elif any(arg.startswith(n) and len(arg) > len(n) for n in names if n[1] != "-"):
+            value = arg[2:]
+    return (value if value is not None else env.get(env_name, "")).strip() or "0"
+
+
+def stderr_capture_flags(
+    flags: Sequence[str], env: Mapping[str, str], default_log_dir: str
+) -> tuple[list[str], str]:
+    """torchrun ``flags`` that also tee every worker's stderr to a file (``--tee`` with the
+    stderr bit added to what the user asked for), and the log dir those files are under
+    (``--log-dir``: the user's, else ``default_log_dir``). A per-rank mapping or a
+    ``--redirects`` of stderr is the user's choice and left as it is."""
+    out = list(flags)
+    log_dir = flag_value(flags, ("--log-dir", "--log_dir")) or env.get("PET_LOG_DIR", "")
+    if not log_dir:
+        log_dir = default_log_dir
+        out += ["--log_dir", log_dir]  # torch 2.1 knows only this spelling for sure
+    tee = _std_value(flags, ("-t", "--tee"), "PET_TEE", env)
+    redirects = _std_value(flags, ("-r", "--redirects"), "PET_REDIRECTS", env)
+    if tee in "0123" and len(tee) == 1 and redirects in ("0", "1") and not int(tee) & 2:
+        out += ["--tee", str(int(tee) | 2)]
+    return out, log_dir
+
+
+def stderr_log_path(log_dir: str, local_rank: int) -> str | None:
+    """The newest ``stderr.log`` of a local rank under torchrun's log dir
+    (``<log dir>/<run id>_<random>/attempt_<n>/<local rank>/stderr.log`` in torch 2.1-2.x)."""
+    pattern = os.path.join(
+        glob.escape(log_dir), "*", "attempt_*", str(int(local_rank)), "stderr.log"
+    )
+    newest: tuple[float, str] | None = None
+    for path in glob.glob(pattern):
+        try:
+            mtime = os.path.getmtime(path)
+        except OSError:
+            continue
+        if newest is None or mtime > newest[0]:
+            newest = (mtime, path)
+    return newest[1] if newest else None
+
+
+def clean_stderr_tail(data: bytes, partial_head: bool, limit: int = STDERR_TAIL_LIMIT) -> str:
+    """The last whole lines of ``data`` (a stderr's end) in at most ``limit`` characters:
+    decoded leniently, carriage-return progress bars and terminal colour codes turned into
+    plain lines, other control characters dropped."""
+    text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    text = _CONTROL.sub("", _ANSI_ESCAPE.sub("", text))
+    lines = text.split("\n")
+    if partial_head and len(lines) > 1:
+        lines = lines[1:]  # began mid-line
+    lines = [ln.rstrip() for ln in lines]
+    kept: list[str] = []
+    size = 0
+    for line in reversed(lines):
+        if not line and not kept:
+            continue  # trailing blank lines
+        if size + len(line) + (1 if kept else 0) > limit:
+            if not kept:
+                kept.append(line[len(line) - limit :])  # one long line: its end
+            break
+        size += len(line) + (1 if kept else 0)
+        kept.append(line)
+    return "\n".join(reversed(kept)).strip("\n")
+
+
+def read_stderr_tail(path: str | None, limit: int = STDERR_TAIL_LIMIT) -> str | None:
+    """The tail of a worker's stderr file (see clean_stderr_tail), None if there is none."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fp:
+            size = os.fstat(fp.fileno()).st_size
+            start = max(0, size - _STDERR_READ)
+            fp.seek(start)
+            data = fp.read(_STDERR_READ)
+    except OSError:
+        return None
+    return clean_stderr_tail(data, start > 0, limit) or None
 
 
 def exit_code_for(failures: Sequence[FailureRecord]) -> int:
@@ -453,53 +590,116 @@ def endpoint_host(flags: Sequence[str], env: Mapping[str, str]) -> str | None:
     return value.rsplit(":", 1)[0] if ":" in value else value
 
 
+# The progress file is written by the user's script: untrusted input. The launcher reads at
+# most its last PROGRESS_READ_LIMIT bytes, decodes JSON only when it is shallow (json's decoder
+# recurses: a deeply nested array raised RecursionError and broke the launcher), and takes
+# only finite numbers in range; any other read is ignored (logged once).
+PROGRESS_READ_LIMIT = 4096
+MAX_STEP = 2**53  # step and total: integers 0..2**53 (exact as JSON numbers everywhere)
+MAX_STEP_TIME = 1e6  # stepTime: seconds, 0..10**6 (sums of them stay finite)
+_MAX_JSON_NESTING = 16
+_DIGITS = re.compile(r"[0-9]{1,32}", re.ASCII)
+_progress_warned: set[str] = set()
+
+
+def _progress_int(value: Any) -> int | None:
+    """A step or total: an integer (or integral float, or a string of digits) 0..MAX_STEP."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = int(value) if _DIGITS.fullmatch(value) else None
+    elif isinstance(value, float):
+        value = int(value) if math.isfinite(value) and value.is_integer() else None
+    if isinstance(value, int) and 0 <= value <= MAX_STEP:
+        return value
+    return None
+
+
+def _progress_seconds(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond float
+        return None
+    return seconds if 0 <= seconds <= MAX_STEP_TIME else None  # NaN fails both
+
+
+def _ignore_progress(text: str, why: str) -> None:
+    if not _progress_warned:
+        _progress_warned.add(why)
+        log("ignoring progress file content (logged once)", why=why, content=repr(text[:80]))
+
+
 def parse_progress(text: str | None) -> dict[str, Any] | None:
     """What a training script wrote to the progress file (docs/progress.md): its last line
     "<step>" or "<step> <total>", or JSON {"step": n, "total": m, "stepTime": s} (total and
     stepTime optional: the declared number of steps, and the seconds this rank spent on its
-    own work in the last step). None when there is no step in it."""
+    own work in the last step). None when there is no valid step in it; a total or stepTime
+    out of range is dropped. Never raises."""
     text = (text or "").strip()
     if not text:
         return None
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
+    data: Any = None
+    if text.startswith("{") and text.count("{") + text.count("[") <= _MAX_JSON_NESTING:
         try:
-            out["step"] = int(data["step"])
-        except (KeyError, TypeError, ValueError):
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            data = None
+    if isinstance(data, dict):
+        step = _progress_int(data.get("step"))
+        if step is None:
+            _ignore_progress(text, "no step in 0..2**53")
             return None
-        for key, kind in (("total", int), ("stepTime", float)):
-            try:
-                if data.get(key) is not None:
-                    out[key] = kind(data[key])
-            except (TypeError, ValueError):
-                pass
+        out: dict[str, Any] = {"step": step}
+        total = _progress_int(data.get("total"))
+        if total is not None:
+            out["total"] = total
+        step_time = _progress_seconds(data.get("stepTime"))
+        if step_time is not None:
+            out["stepTime"] = step_time
         return out
-    if isinstance(data, bool):
+    if text.startswith(("{", "[")):
+        _ignore_progress(text, "not a JSON object of at most 16 levels")
         return None
-    if isinstance(data, int):
-        return {"step": data}
     words = text.splitlines()[-1].split()
-    try:
-        if len(words) == 2:
-            return {"step": int(words[0]), "total": int(words[1])}
-        return {"step": int(words[-1])}
-    except ValueError:
+    if not words or len(words) > 2 or not all(_DIGITS.fullmatch(w) for w in words):
+        _ignore_progress(text, "last line is not '<step>' or '<step> <total>'")
         return None
+    step, total = _progress_int(words[0]), _progress_int(words[1]) if len(words) == 2 else None
+    if step is None:
+        _ignore_progress(text, "no step in 0..2**53")
+        return None
+    return {"step": step} if total is None else {"step": step, "total": total}
+
+
+def read_progress_text(path: str | None) -> str | None:
+    """The progress file's last PROGRESS_READ_LIMIT bytes (whole lines), or None when there is
+    no regular file. Opened without blocking: a FIFO there must not hang the reader."""
+    if not path:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        start = max(0, st.st_size - PROGRESS_READ_LIMIT)
+        data = os.pread(fd, PROGRESS_READ_LIMIT, start)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if start > 0:  # began mid-file: drop the partial first line
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    return data.decode("utf-8", errors="replace")
 
 
 def read_step(path: str | None) -> int | None:
     """Last step a training script wrote to the progress file (see parse_progress)."""
-    if not path:
-        return None
-    try:
-        with open(path) as fp:
-            found = parse_progress(fp.read())
-    except OSError:
-        return None
+    found = parse_progress(read_progress_text(path))
     return found["step"] if found else None
 
 
@@ -658,7 +858,9 @@ class ProgressMonitor:
         ready_text = _read_text(self.ready_path)
         if ready_text is not None:
             self._ready_text = ready_text
-        action = self.watch.observe(now, ready_text is not None, _read_text(self.progress_file))
+        action = self.watch.observe(
+            now, ready_text is not None, read_progress_text(self.progress_file)
+        )
         step = read_step(self.progress_file)
         if action == "stall":
             quiet = self.watch.timeout
@@ -749,7 +951,7 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
     def run() -> None:
         while True:
             try:
-                LIVE.observe_progress(time.time(), _read_text(path), window)
+                LIVE.observe_progress(time.time(), read_progress_text(path), window)
                 if monitor is not None and monitor.poll(time.monotonic()) == "resume":
                     LIVE.set_stall(None)
             except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
@@ -1533,6 +1735,10 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     step_file = os.environ.get(ENV_PROGRESS_FILE)
     start_progress_monitor(sdir)
     parser = get_args_parser()
+    own_log_dir = os.path.join(sdir, LOGS_DIR)
+    flags, log_dir = stderr_capture_flags(flags, os.environ, own_log_dir)
+    if log_dir == own_log_dir:  # the emptyDir outlives the container: drop the last one's logs
+        shutil.rmtree(own_log_dir, ignore_errors=True)
     # The placeholder script is replaced below: only the launch configuration is taken from
     # torchrun's parser, so the user's command never meets argparse.
     try:
@@ -1574,6 +1780,9 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
                 error_file_data=pf.error_file_data,
                 fallback_message=pf.message if isinstance(pf.message, str) else "",
                 timestamp=pf.timestamp,
+                stderr=None
+                if error_text_from_record(pf.error_file_data)
+                else read_stderr_tail(stderr_log_path(log_dir, pf.local_rank)),
             )
             for grank, pf in e.failures.items()
         ]

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from ..launcher import launcher as contract
 from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate
+from .worker_stderr import failure_message
 
 WINDOW = 5.0
 
@@ -134,7 +135,7 @@ def pod_candidates(
                 _float(f.get("at")) or at,
                 rank=_int_or_none(f.get("rank")),
                 exit_code=_int_or_none(f.get("exitCode")),
-                message=truncate(str(f["error"])) if f.get("error") else None,
+                message=truncate(failure_message(f.get("error"), f.get("stderr"))),
                 node_rank=group_rank,
                 stderr=f.get("stderr") if isinstance(f.get("stderr"), str) else None,
             )
