@@ -145,6 +145,7 @@ def test_a_pod_cannot_name_another_pods_rank_as_the_hang() -> None:
         p = copy.deepcopy(p)
         p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
         quiet.append(p)
+    _, job, _ = step(job, quiet, 100)  # the operator sees both NotReady at 100
     stall_at = at(99).timestamp()
     inside = {"inCollective": True, "at": "/w/t.py:30 in main"}
     answers = {

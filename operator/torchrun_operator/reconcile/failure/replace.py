@@ -4,7 +4,7 @@ to train on, replaces only those pods (new names, same hostnames, same attempt).
 from __future__ import annotations
 
 from ...api import names
-from ...api.status_names import RankPhase, Reason, RestartKind
+from ...api.status_names import Phase, RankPhase, Reason, RestartKind
 from ...render import render_pod
 from .. import crashloop
 from ..context import Ctx, Seen
@@ -72,3 +72,7 @@ def replace(ctx: Ctx, seen: Seen, cause: Candidate) -> None:
             Reason.POD_REPLACED,
             f"index {i}: pod {old} {why.reason}; replaced by {new}",
         )
+    # The replacement starts Pending and the survivors re-rendezvous with it: the job is
+    # Starting from this decision on, as the next reconcile would derive from the new pod
+    # (said here, once, not discovered on the next read).
+    ctx.set_phase(Phase.STARTING)
