@@ -27,9 +27,11 @@ def test_bench_hostile_smoke(tmp_path: Path) -> None:
     out = tmp_path / "hostile.json"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "cluster"), str(REPO / "operator")])
-    # Five hostile pods: one of each shape is likely, not needed (the shape is the pod's hash).
+    # Five hostile pods (their shapes, hashed from their names: deep, sentinel, slow, wide,
+    # sentinel); no RSS limit, the figures are not checked here.
     argv = ["--jobs", "1", "--nodes", "5", "--victim-nodes", "2", "--window", "20",
-            "--settle", "5", "--timeout", "240", "--rss-limit", "100000", "--out", str(out)]  # fmt: skip
+            "--settle", "5", "--timeout", "240", "--rss-limit", "100000",
+            "--out", str(out)]  # fmt: skip
     proc = subprocess.run(
         [sys.executable, "-m", "bench.hostile_pods", *argv],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
