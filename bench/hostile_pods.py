@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.down()
         server.shutdown()
-    result = {
+    result: dict[str, Any] = {
         "meta": {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": machine(),
