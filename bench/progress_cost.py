@@ -7,11 +7,13 @@ whose pods report progress, against the same jobs with the reader off.
 On the benchmark's KWOK cluster (bench/scale: a real control plane, fake nodes, no kubelet) the
 pods run nothing, so no launcher answers on their IPs. The operator is therefore pointed at a
 stub status server in this process (TORCHRUN_OPERATOR_STATUS_ADDRESS, benchmarks only): every
-read of every pod goes to it, over TCP on the loopback, and it answers as a launcher of a
-training pod does, with a rank map and a step that advances every second. So what is measured is
-everything the operator does for the feature (the read schedule, one HTTP request per pod read,
-parsing, reconciling the answers, the status writes they cause), but not the network between the
-operator and the pods, nor the launchers' side (a thread per pod serving a few requests a minute).
+read of every pod goes to it, over TCP on the loopback, with the pod's IP as its Host, and it
+answers as that pod's launcher does: the pod's binding (rdzvId, index: the stub finds the pod
+by its IP in a list of the cluster's pods), a rank map and a step that advances every second.
+So what is measured is everything the operator does for the feature (the read schedule, one
+HTTP request per pod read, parsing, reconciling the answers, the status writes they cause), but
+not the network between the operator and the pods, nor the launchers' side (a thread per pod
+serving a few requests a minute).
 
 Three runs, each with a fresh operator process and a fresh namespace, 100 jobs of 8 pods:
 
@@ -37,10 +39,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from torchrun_operator.api import names
 from torchrun_operator.api.names import API_VERSION, GROUP, PLURAL, VERSION
 
 from bench.scale.harness import (
@@ -49,6 +53,7 @@ from bench.scale.harness import (
     create_raw,
     parallel,
     proc_cpu_seconds,
+    raw,
     wait,
 )
 from bench.scale.run import Bench
@@ -57,40 +62,112 @@ from bench.scale.workloads import OURS, Workload, ours_job
 T0 = time.time()
 
 
+@dataclass(frozen=True)
+class PodId:
+    """Who a read is for: what the operator checks an answer's binding against."""
+
+    namespace: str
+    job: str
+    index: int
+    rdzv_id: str
+
+
+class Pods:
+    """The benchmark's pods by IP (kube/rankmap.py sends the pod's IP as the Host of every
+    read when TORCHRUN_OPERATOR_STATUS_ADDRESS is set), listed again when an IP is unknown,
+    at most once a second."""
+
+    def __init__(self) -> None:
+        self.api: client.ApiClient | None = None
+        self._by_ip: dict[str, PodId] = {}
+        self._listed = 0.0
+        self._lock = threading.Lock()
+
+    def find(self, ip: str) -> PodId | None:
+        got = self._by_ip.get(ip)
+        if got is not None or self.api is None:
+            return got
+        with self._lock:
+            if ip not in self._by_ip and time.monotonic() - self._listed > 1.0:
+                self._by_ip = self._list()
+                self._listed = time.monotonic()
+            return self._by_ip.get(ip)
+
+    def _list(self) -> dict[str, PodId]:
+        assert self.api is not None
+        query = [("labelSelector", names.LABEL_INDEX)]
+        pods = json.loads(raw(self.api, "GET", "/api/v1/pods", query).data)["items"]
+        out = {}
+        for pod in pods:
+            meta, ip = pod["metadata"], (pod.get("status") or {}).get("podIP")
+            labels = meta.get("labels") or {}
+            owner = [o for o in meta.get("ownerReferences") or [] if o.get("controller")]
+            if not ip or not owner or names.LABEL_ATTEMPT not in labels:
+                continue
+            out[ip] = PodId(
+                meta["namespace"],
+                labels.get(names.LABEL_JOB_NAME, ""),
+                int(labels[names.LABEL_INDEX]),
+                names.rdzv_id(owner[0]["uid"], int(labels[names.LABEL_ATTEMPT])),
+            )
+        return out
+
+
+PODS = Pods()
+
+
+def well_formed(pod: PodId, now: float, progress: bool) -> dict[str, Any]:
+    """A launcher's answer for `pod` (docs/pod-contract.md): its binding, a rank map and, with
+    `progress`, a step that advances every second."""
+    data: dict[str, Any] = {
+        "v": 1,
+        "rdzvId": pod.rdzv_id,
+        "index": pod.index,
+        "state": "Training",
+        "round": 0,
+        "groupRank": pod.index,
+        "groupWorldSize": 8,
+        "ranks": list(range(8 * pod.index, 8 * pod.index + 8)),
+        "restarts": 0,
+        "rendezvousAt": T0,
+        "time": now,
+    }
+    if progress:
+        step = int(now - T0)
+        data["progress"] = {
+            "step": step,
+            "total": 100000,
+            "stepsPerSecond": 1.0,
+            "stepSeconds": 1.0,
+            "lastStepAt": T0 + step,
+            "windowSeconds": 60,
+            "windowFull": True,
+        }
+    return data
+
+
 class Stub(http.server.BaseHTTPRequestHandler):
-    """Answers GET /status as a training pod's launcher does (docs/pod-contract.md)."""
+    """Answers GET /status for the pod whose IP is the request's Host, as that pod's
+    launcher does; `answer` may be replaced (bench/hostile_pods.py)."""
 
     progress = True
     reads = 0
     lock = threading.Lock()
 
+    @staticmethod
+    def answer(handler: Stub, pod: PodId, now: float) -> None:
+        handler.send_body(json.dumps(well_formed(pod, now, Stub.progress)).encode())
+
     def do_GET(self) -> None:  # noqa: N802
         with Stub.lock:
             Stub.reads += 1
-        now = time.time()
-        data: dict[str, Any] = {
-            "v": 1,
-            "state": "Training",
-            "round": 0,
-            "groupRank": 0,
-            "groupWorldSize": 8,
-            "ranks": list(range(8)),
-            "restarts": 0,
-            "rendezvousAt": T0,
-            "time": now,
-        }
-        if Stub.progress:
-            step = int(now - T0)
-            data["progress"] = {
-                "step": step,
-                "total": 100000,
-                "stepsPerSecond": 1.0,
-                "stepSeconds": 1.0,
-                "lastStepAt": T0 + step,
-                "windowSeconds": 60,
-                "windowFull": True,
-            }
-        body = json.dumps(data).encode()
+        pod = PODS.find(self.headers.get("Host", ""))
+        if pod is None:  # not listed yet: the operator counts a failed read
+            self.send_error(404)
+            return
+        type(self).answer(self, pod, time.time())
+
+    def send_body(self, body: bytes) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -207,6 +284,7 @@ def main() -> None:
     results = []
     try:
         bench.up(w.pods)  # one 8-GPU pod per fake node
+        PODS.api = bench.api
         for label in args.runs.split(","):
             Stub.progress = label == "progress"
             results.append(one_run(bench, label, envs[label], w, args.window))

@@ -70,7 +70,9 @@ PER_JOB_READS = 4
 SWEEP_SECONDS = 5.0
 # All kept answers together (podinput.LiveAnswer.cost); an answer past it is not kept.
 MAX_LIVE_BYTES = 32 * 1024 * 1024
-# Benchmarks only: send every read to this host:port instead of the pod's IP.
+# Benchmarks only: send every read to this host:port instead of the pod's IP, with the pod's
+# IP as the request's Host, so that one stub server (bench/progress_cost.py) can answer for
+# every pod with that pod's binding (rdzvId, index).
 ENV_ADDRESS_OVERRIDE = "TORCHRUN_OPERATOR_STATUS_ADDRESS"
 
 
@@ -254,14 +256,20 @@ class ReadSchedule:
 Read = LiveAnswer | Rejected | None
 
 
-def fetch(ip: str, port: int = contract.STATUS_PORT, timeout: float = READ_TIMEOUT_SECONDS) -> Read:
+def fetch(
+    ip: str,
+    port: int = contract.STATUS_PORT,
+    timeout: float = READ_TIMEOUT_SECONDS,
+    host: str = "status",
+) -> Read:
     """One GET /status, HTTP/1.0 over a plain socket, everything (connect, request, answer)
     within `timeout` and MAX_ANSWER_BYTES: a pod that answers slowly, a byte at a time, or
     without end cannot hold a reader thread longer. None when the pod does not answer in
     time, or answers anything but 200; the answer checked by podinput otherwise (a
-    LiveAnswer, or Rejected with why)."""
+    LiveAnswer, or Rejected with why). `host` is the request's Host header (the pod's IP
+    when ENV_ADDRESS_OVERRIDE sends every read to one stub)."""
     deadline = time.monotonic() + timeout
-    request = f"GET {contract.STATUS_PATH} HTTP/1.0\r\nHost: status\r\n\r\n"
+    request = f"GET {contract.STATUS_PATH} HTTP/1.0\r\nHost: {host}\r\n\r\n"
     chunks: list[bytes] = []
     size = 0
     try:
@@ -487,5 +495,5 @@ def _default_read() -> Callable[[str], Read]:
     if override:
         host, _, port = override.rpartition(":")
         log.warning("reading every pod's status from %s (%s)", override, ENV_ADDRESS_OVERRIDE)
-        return lambda _ip: fetch(host, int(port))
+        return lambda ip: fetch(host, int(port), host=ip)
     return fetch

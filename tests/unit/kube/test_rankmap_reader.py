@@ -370,3 +370,24 @@ def test_a_sweep_that_runs_out_of_time_starts_where_it_stopped_next_time() -> No
         assert sorted(order[:3]) == ["10.0.0.2", "10.0.0.3", "10.0.0.4"]
     finally:
         reader.stop()
+
+
+def test_the_benchmark_address_gets_every_read_with_the_pods_ip_as_host(
+    server: http.server.HTTPServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TORCHRUN_OPERATOR_STATUS_ADDRESS (benchmarks only) sends every pod's read to one stub;
+    the pod's IP in the Host header is how the stub knows which pod's binding to answer."""
+    hosts: list[str] = []
+
+    class Echo(_Handler):
+        def do_GET(self) -> None:  # noqa: N802
+            hosts.append(self.headers.get("Host", ""))
+            super().do_GET()
+
+    server.RequestHandlerClass = Echo
+    _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0}).encode()
+    monkeypatch.setenv(rankmap.ENV_ADDRESS_OVERRIDE, f"127.0.0.1:{server.server_address[1]}")
+    read = rankmap._default_read()
+    assert read("10.1.2.3") == LiveAnswer("r", 0)
+    assert read("10.1.2.4") == LiveAnswer("r", 0)
+    assert hosts == ["10.1.2.3", "10.1.2.4"]
