@@ -28,6 +28,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api import names
 from torchrun_operator.render import render_pod
+from urllib3.exceptions import ProtocolError
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -86,17 +87,23 @@ def pods_seen(kube: client.ApiClient, ns: str, name: str) -> Iterator[set[tuple[
     def run() -> None:
         core = client.CoreV1Api(kube)
         while not stop.is_set():
-            for ev in w.stream(
-                core.list_namespaced_pod,
-                ns,
-                label_selector=f"{JOB_LABEL}={name}",
-                timeout_seconds=5,
-            ):
-                labels = ev["object"].metadata.labels or {}
-                attempt = labels.get(names.LABEL_ATTEMPT, "")
-                seen.add((ev["object"].metadata.name, attempt, labels.get(names.LABEL_INDEX, "")))
-                if stop.is_set():
-                    break
+            try:
+                for ev in w.stream(
+                    core.list_namespaced_pod,
+                    ns,
+                    label_selector=f"{JOB_LABEL}={name}",
+                    timeout_seconds=5,
+                ):
+                    labels = ev["object"].metadata.labels or {}
+                    attempt = labels.get(names.LABEL_ATTEMPT, "")
+                    index = labels.get(names.LABEL_INDEX, "")
+                    seen.add((ev["object"].metadata.name, attempt, index))
+                    if stop.is_set():
+                        break
+            except ProtocolError:
+                # The apiserver ended the stream early: watch again (a new watch starts
+                # with every existing pod, so none that still exists is missed).
+                continue
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

@@ -192,15 +192,19 @@ def test_two_four_node_jobs_with_room_for_one(
     first = wait_for("one whole gang bound", lambda: 4 in counts() and counts(), 120)
     assert sorted(first) == [0, 4], first
     winner, loser = ("a", "b") if first[0] == 4 else ("b", "a")
-    # The loser waits, says why, and has no pod bound until the winner has finished.
-    status = wait_for(
-        f"{loser} Waiting",
-        lambda: (s := get_job(gapi, ns, loser)["status"]).get("phase") == "Waiting" and s,
-        60,
-    )
+
+    # The loser waits, says why, and has no pod bound until the winner has finished. It was
+    # already Waiting while its pods were gated (reason SchedulingGated): wait for the
+    # scheduler's verdict on the ungated pods to reach its status, not for the phase alone.
+    def unschedulable() -> dict[str, Any] | None:
+        status: dict[str, Any] = get_job(gapi, ns, loser)["status"]
+        cond = condition({"status": status}, "Scheduled") or {}
+        waiting = status.get("phase") == "Waiting" and cond.get("reason") == "Unschedulable"
+        return status if waiting else None
+
+    status = wait_for(f"{loser} Waiting, Unschedulable", unschedulable, 60)
     cond = condition({"status": status}, "Scheduled")
     assert cond is not None and cond["status"] == "False", status
-    assert cond["reason"] == "Unschedulable"
     assert "Native gang scheduling places 4 pods together or none" in cond["message"]
     assert f"(PodGroup {loser}-a0)" in cond["message"]
     text = dtj_status(gang_cluster, ns, loser)
