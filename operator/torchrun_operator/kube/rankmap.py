@@ -230,7 +230,7 @@ class ReadSchedule:
         elif waiting:
             if job.waiting_since is None:
                 job.waiting_since = now
-            job.next_due = now + self._fast(now - job.waiting_since)
+            job.next_due = now + self._fast(now - job.waiting_since, job)
         else:
             job.waiting_since = None
             job.next_due = now + self._steady(job) * (0.9 + 0.2 * self.jitter())
@@ -240,8 +240,12 @@ class ReadSchedule:
         due = [j.next_due for j in self.jobs.values() if not j.in_flight]
         return min(due) if due else None
 
-    def _fast(self, waited: float) -> float:
-        return next(interval for limit, interval in FAST_INTERVALS if waited < limit)
+    def _fast(self, waited: float, job: _Job) -> float:
+        """A waiting job's next fast read: FAST_INTERVALS, but no sooner than the read budget
+        allows with every job that waits read once each (a pod may say it waits for ever)."""
+        waiting = sum(1 for j in self.jobs.values() if j.waiting_since is not None or j is job)
+        fast = next(interval for limit, interval in FAST_INTERVALS if waited < limit)
+        return max(fast, waiting / self.reads_per_second)
 
     def _steady(self, job: _Job) -> float:
         pods = sum(len(j.targets) for j in self.jobs.values())

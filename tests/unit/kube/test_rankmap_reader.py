@@ -109,6 +109,29 @@ def test_the_steady_interval_grows_to_keep_reads_within_the_budget() -> None:
     assert s.jobs[0].next_due == pytest.approx(25)
 
 
+def test_fast_reads_of_all_waiting_jobs_together_keep_within_the_read_budget() -> None:
+    """A pod can answer "still in rendezvous" for ever (a hostile sidecar does): 200 such jobs
+    must not be read 200 times a second, each at its own 1 s fast interval."""
+    s = ReadSchedule(steady=15, reads_per_second=40, sweeps_per_second=4, jitter=lambda: 0.5)
+    for j in range(200):
+        s.update(j, [Target(f"u{j}", f"p{j}", "ip", True)], now=0)
+    reads, now = 0, 0.0
+    while now < 60:
+        due = s.due(now)
+        for key, targets in due:
+            s.done(key, {t.uid: WAITING for t in targets}, now=now)
+        reads += sum(len(targets) for _, targets in due)
+        now += 0.1
+    # The first read of each, then at most 40 a second (at 1 s each: 12,000).
+    assert reads <= 200 + 40 * 60, reads
+    # Alone, a waiting job is still read every second.
+    lone = ReadSchedule(jitter=lambda: 0.5)
+    lone.update("j", T[:1], now=0)
+    sweep(lone, 0)
+    lone.done("j", {"u0": WAITING}, now=0)
+    assert lone.jobs["j"].next_due == pytest.approx(1)
+
+
 def test_failing_pods_stop_holding_the_job_in_fast_reads_and_are_read_less() -> None:
     s = ReadSchedule(jitter=lambda: 0.5)
     s.update("j", T[:1], now=0)
