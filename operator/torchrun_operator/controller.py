@@ -41,7 +41,7 @@ from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
 from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError, Gate
 from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
-from torchrun_operator.kube.workqueue import WorkQueue
+from torchrun_operator.kube.workqueue import WorkQueue, backoff_delay
 from torchrun_operator.reconcile import Plan, children, observe, reconcile
 from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission
@@ -628,16 +628,7 @@ class Controller:
         try:
             self._gang.sync(job, status)
         except GangRefused as e:
-            _, _, tries = refused.get(GANG_KEY, ("", 0.0, 0))
-            delay = min(2.0 ** (tries + 1), REFUSED_RETRY_MAX_SECONDS)
-            self._refused.setdefault(uid, {})[GANG_KEY] = (
-                str(e),
-                time.monotonic() + delay,
-                tries + 1,
-            )
-            log.warning("%s; retrying in %.0fs", e, delay)
-            meta = job["metadata"]
-            self.queue.add((meta["namespace"], meta["name"]), after=delay)
+            self._note_refused(job, GANG_KEY, str(e))
             return False
         if refused.pop(GANG_KEY, None) is not None:
             self.queue.add((job["metadata"]["namespace"], job["metadata"]["name"]))
@@ -661,11 +652,16 @@ class Controller:
         return [p for p in pods if refused.get(p["metadata"]["name"], ("", 0.0, 0))[1] <= now]
 
     def _refuse(self, job: Obj, name: str, e: ApiException) -> None:
+        self._note_refused(job, name, f"creating Pod {name} refused ({e.status}): {api_message(e)}")
+
+    def _note_refused(self, job: Obj, what: str, message: str) -> None:
+        """A create of `what` (a pod's name, or GANG_KEY) was refused: shown on the job, and
+        tried again after 2, 4, 8 ... seconds (the queue's back-off, without jitter), at
+        most REFUSED_RETRY_MAX_SECONDS."""
         uid = job["metadata"]["uid"]
-        _, _, tries = self._refused.get(uid, {}).get(name, ("", 0.0, 0))
-        delay = min(2.0 ** (tries + 1), REFUSED_RETRY_MAX_SECONDS)
-        message = f"creating Pod {name} refused ({e.status}): {api_message(e)}"
-        self._refused.setdefault(uid, {})[name] = (message, time.monotonic() + delay, tries + 1)
+        _, _, tries = self._refused.get(uid, {}).get(what, ("", 0.0, 0))
+        delay = backoff_delay(tries + 1, cap=REFUSED_RETRY_MAX_SECONDS)
+        self._refused.setdefault(uid, {})[what] = (message, time.monotonic() + delay, tries + 1)
         log.warning("%s; retrying in %.0fs", message, delay)
         meta = job["metadata"]
         self.queue.add((meta["namespace"], meta["name"]), after=delay)
