@@ -135,17 +135,26 @@ def test_an_answer_that_does_not_say_whose_it_is_is_ignored(missing: str) -> Non
     assert "nodeRank" not in entry and "globalRanks" not in entry
 
 
+def gone_quiet(
+    job: dict[str, Any], pods: list[dict[str, Any]], t: float
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every pod withdraws readiness at `t` and the operator sees it then (the hang timers
+    count from its own sighting): the job as reconciled at `t`, and the quiet pods."""
+    quiet = []
+    for p in pods:
+        p = copy.deepcopy(p)
+        p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(t))
+        quiet.append(p)
+    _, job, _ = step(job, quiet, t)
+    return job, quiet
+
+
 def test_a_pod_cannot_name_another_pods_rank_as_the_hang() -> None:
     # Pod 0 (ranks 0, 1) dumps a stack for rank 3, pod 1's: it is not believed.
     spec = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}}
     job, pods = running_job(nodes=2, **spec)
     plan, job, pods = step(job, pods, 5)
-    quiet = []
-    for p in pods:
-        p = copy.deepcopy(p)
-        p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
-        quiet.append(p)
-    _, job, _ = step(job, quiet, 100)  # the operator sees both NotReady at 100
+    job, quiet = gone_quiet(job, pods, 100)
     stall_at = at(99).timestamp()
     inside = {"inCollective": True, "at": "/w/t.py:30 in main"}
     answers = {
@@ -340,12 +349,7 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
     job, pods = running_job(nodes=2, **spec)
     plan, job, pods = step(job, pods, 5)  # rendezvous done at 5
     assert cond(plan.status, "RendezvousDone")["status"] == "True"
-    quiet = []
-    for p in pods:
-        p = copy.deepcopy(p)
-        p["status"]["conditions"][0].update(status="False", lastTransitionTime=iso(100))
-        quiet.append(p)
-    _, job, _ = step(job, quiet, 100)  # the operator sees both NotReady at 100
+    job, quiet = gone_quiet(job, pods, 100)
     stall_at = at(99).timestamp()
     waiting = {"rank": 0, "localRank": 0, "inCollective": True, "at": "/w/t.py:30 in main"}
     answers = {
