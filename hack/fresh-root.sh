@@ -85,7 +85,9 @@ make_root() {
   cp -a "$py/." "$dir$py/"
   cp "$(command -v docker)" "$dir/usr/local/bin/docker"
   cp "$kubectl" "$dir/usr/local/bin/kubectl"
-  cp /etc/resolv.conf "$dir/etc/resolv.conf"
+  # The machine's own names as a new machine has them: torchrun --standalone rendezvouses on
+  # the hostname, which mmdebstrap's /etc/hosts (localhost only) does not resolve.
+  cp /etc/resolv.conf /etc/hosts /etc/hostname "$dir/etc/"
   # A new machine trusts its network's TLS-inspecting CAs (every registry goes through them),
   # and pip is configured to use that bundle.
   cp -a /usr/local/share/ca-certificates/. "$dir/usr/local/share/ca-certificates/"
