@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -338,6 +339,16 @@ class Controller:
                 key,
                 e.status,
                 e.reason,
+                delay,
+            )
+        except urllib3.exceptions.HTTPError as e:
+            # The apiserver did not answer in time or the connection dropped (a busy control
+            # plane, a restart): transient like a 503, so one line, not a traceback.
+            delay = self._retry(key)
+            log.warning(
+                "reconcile of %s: API unreachable (%s); retrying in %.1f s",
+                key,
+                type(e).__name__,
                 delay,
             )
         except Exception:  # noqa: BLE001 - one job's failure must not stop the worker

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+import urllib3
 from fake_transport import FakeTransport, api
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.controller import Controller
@@ -157,3 +158,29 @@ def test_invalid_fields_come_from_the_status_causes() -> None:
     assert kclient.invalid_fields(e) == ["status.ranks[0].pod"]
     e.body = "not json"
     assert kclient.invalid_fields(e) == []
+
+
+def test_an_apiserver_that_does_not_answer_is_one_warning_and_a_back_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read timeout or a dropped connection (a busy or restarting control plane) is as
+    transient as a 503: retried with the back-off, said in one line, never a traceback (the
+    Helm install test failed on one under load)."""
+    clock = Clock()
+    ctrl = controller(clock)
+    ctrl.queue.add(KEY)
+    assert ctrl.queue.get(timeout=0) == KEY
+
+    def timed_out(key: Any) -> None:
+        raise urllib3.exceptions.ReadTimeoutError(None, "/apis", "Read timed out.")  # type: ignore[arg-type]
+
+    def dropped(key: Any) -> None:
+        raise urllib3.exceptions.ProtocolError("Connection aborted.")
+
+    with caplog.at_level(logging.INFO):
+        assert run_once(ctrl, clock, timed_out) == 2.0
+        assert run_once(ctrl, clock, dropped) == 4.0
+    said = [r for r in caplog.records if "API unreachable" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.WARNING]
+    assert "ReadTimeoutError" in said[0].getMessage()
+    assert all(r.exc_info is None for r in caplog.records)
