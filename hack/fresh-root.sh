@@ -5,6 +5,7 @@
 # empty. Prints the wall time of each phase.
 #
 #   hack/fresh-root.sh [--dir DIR] [--keep]
+#   hack/fresh-root.sh --again DIR
 #
 # The root (mmdebstrap, Debian bookworm, minbase) holds a subset of a new machine's Debian
 # packages (ROOT_PACKAGES, each checked against hack/sysdeps/new-machine-packages.txt) and what a
@@ -17,21 +18,27 @@
 #
 # --dir DIR  where the root goes (default /var/tmp/fresh-root.XXXXXX); it must not exist
 # --keep     leave the root behind (the default removes it, with its caches, at the end)
+# --again DIR  run .ci/run again in a root an earlier --keep left, on this checkout's HEAD: the
+#            root's caches, built there from empty the first time, are reused (a second
+#            figure, not the fresh one); the root is kept
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-dir="" keep=0
+dir="" keep=0 again=0
 while (($#)); do
   case "$1" in
     --dir) dir=$2; shift ;;
     --keep) keep=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --again) dir=$2; again=1; keep=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
   shift
 done
 [ "$(id -u)" = 0 ] || { echo "hack/fresh-root.sh needs root (mmdebstrap, chroot, mounts)" >&2; exit 1; }
 [ -n "$dir" ] || dir=$(mktemp -d /var/tmp/fresh-root.XXXXXX)
-if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
+if ((again)); then
+  [ -x "$dir/enter.sh" ] || { echo "--again $dir: no root there (make one with --keep)" >&2; exit 2; }
+elif [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
   echo "--dir $dir is not empty" >&2
   exit 2
 fi
@@ -112,6 +119,10 @@ in_root() {
   unshare --mount --propagation private bash -c '
     set -e
     d=$1; shift
+    # The root must be a mount point, as / is on a machine: `ip -n NS ...` makes / a slave
+    # mount in a namespace of its own, which fails (EINVAL) on a plain directory, and every
+    # pod sandbox of the process node failed so.
+    mount --bind "$d" "$d"
     mount -t proc proc "$d/proc"
     mount --rbind /sys "$d/sys"
     mount --rbind /dev "$d/dev"
@@ -120,5 +131,11 @@ in_root() {
   ' in_root "$dir" "$@"
 }
 
-phase "mmdebstrap root" make_root
+to_head() {  # the kept root's clone, moved to this checkout's HEAD
+  git -C "$dir/src" fetch -q "$REPO" HEAD
+  git -C "$dir/src" checkout -qf "$(git -C "$REPO" rev-parse HEAD)"
+  git -C "$dir/src" clean -qfdx
+}
+
+if ((again)); then phase "clone to HEAD" to_head; else phase "mmdebstrap root" make_root; fi
 phase ".ci/run in the root" in_root bash -c 'time .ci/run'
