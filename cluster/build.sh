@@ -34,9 +34,63 @@ key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VER
 BIN="$CACHE/bin/$key"
 mkdir -p "$BIN" "$CACHE/src"
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-log() { echo "[build] $*" >&2; }
 
 have() { for b in "$@"; do [ -x "$BIN/$b" ] || return 1; done; }
+
+# Quiet by default: Go's own output (hundreds of `go: downloading` lines on a cold build) goes
+# to BUILD_LOG, and the terminal gets one line as each component starts and one as it ends,
+# with the time taken and the binaries still to build; on a failure, the log's tail.
+# BUILD_VERBOSE=1 prints everything as it comes.
+BUILD_LOG=${BUILD_LOG:-$CACHE/build.log}
+exec 3>&2
+[ "${BUILD_VERBOSE:-0}" = 1 ] || exec 2>>"$BUILD_LOG"
+# The binaries each target ends with, in build order: what "left" counts down.
+expected() {
+  local core="kube-apiserver kube-controller-manager kube-scheduler etcd coredns helm"
+  case "$WHAT" in
+    core) echo "$core" ;;
+    kubelet) echo "$core kubelet pause" ;;
+    kueue) echo "$core kueue-$KUEUE_VERSION" ;;
+    trainer) echo "$core trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION" ;;
+    all) echo "$core kubelet pause kwok training-operator-$TRAINING_OPERATOR_VERSION" \
+      "trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION kueue-$KUEUE_VERSION" ;;
+    kind) echo "$core kubelet pause kubeadm kube-proxy kubectl crictl local-path-provisioner" \
+      "kind-$KIND_VERSION" ;;
+  esac
+}
+left() {
+  local b out=()
+  for b in $(expected); do [ -x "$BIN/$b" ] || out+=("$b"); done
+  echo "${out[*]:-nothing}"
+}
+took() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+current="" current_start=0 logged=0
+log() {  # a component starts (the one before it has ended)
+  ended
+  if ((!logged)); then
+    logged=1
+    : >"$BUILD_LOG"  # this run's output only (a warm run writes nothing and keeps the last)
+    echo "[build] $WHAT: building $(left) (Go's output: $BUILD_LOG)" >&3
+  fi
+  current=$* current_start=$SECONDS
+  echo "[build] $current ..." >&3
+}
+ended() {
+  [ -n "$current" ] || return 0
+  echo "[build] $current: done in $(took $((SECONDS - current_start))); left: $(left)" >&3
+  current=""
+}
+on_exit() {
+  local rc=$?
+  if ((rc == 0)); then
+    ended
+    ((!logged)) || echo "[build] $WHAT: done in $(took "$SECONDS")" >&3
+  else
+    echo "[build] ${current:-build} FAILED (exit $rc); the last lines of $BUILD_LOG:" >&3
+    tail -n 40 "$BUILD_LOG" >&3 2>/dev/null || true
+  fi
+}
+trap on_exit EXIT
 
 # -ldflags for a Kubernetes binary: stripped, and stamped with the release's version (kubeadm
 # checks its own against the cluster's; unstamped it says v0.0.0).
@@ -75,7 +129,7 @@ build_wrapped() {  # src-dir binary go-version module@version package [ldflags]
 build_k8s() {
   have kube-apiserver kube-controller-manager kube-scheduler && return
   local dir="$CACHE/src/k8s-$K8S_VERSION"
-  log "kubernetes $K8S_VERSION -> $dir"
+  log "kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler)"
   mkdir -p "$dir" && cd "$dir"
   local gomod
   gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')

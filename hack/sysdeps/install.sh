@@ -69,7 +69,12 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "hack/sysdeps/install.sh: missing Debian package(s): ${need[*]} (apt-get install ${need[*]}); installing needs root and apt" >&2
   exit 1
 fi
-echo "[sysdeps] installing ${need[*]} (apt)" >&2
+# apt's and dpkg's own lines go to a log, printed only when the install fails.
+log=${TMPDIR:-/tmp}/torchrun-operator-sysdeps.log
+echo "[sysdeps] installing ${need[*]} (apt; log: $log)" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}"; } >"$log" 2>&1; then
+  echo "[sysdeps] apt-get failed; the last lines of $log:" >&2
+  tail -n 30 "$log" >&2
+  exit 1
+fi
