@@ -12,14 +12,15 @@ Wire names are camelCase; Python attributes are snake_case.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
 from ..launcher import launcher as contract
 from . import launchcmd
+from .scheduling import Scheduling, SchedulingStatus
 from .status_names import Phase, RestartKind
+from .wire import Rule, _Open, _Wire
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -53,53 +54,6 @@ RESERVED_MOUNT_PATHS = (contract.LAUNCHER_DIR, contract.STATE_DIR, contract.TERM
 
 # A Kubernetes quantity: an integer or a string such as "2" or "500m".
 Quantity = int | str
-
-
-class Rule(NamedTuple):
-    """One CEL rule for the CRD (x-kubernetes-validations); its message is also the one the
-    Python check raises, so both sides say the same thing."""
-
-    rule: str
-    message: str
-    field_path: str | None = None
-
-    def schema(self) -> dict[str, str]:
-        out = {"rule": self.rule, "message": self.message}
-        if self.field_path:
-            out["fieldPath"] = self.field_path
-        return out
-
-
-def _model_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
-    rules: tuple[Rule, ...] = getattr(cls, "RULES", ())
-    if rules:
-        schema["x-kubernetes-validations"] = [r.schema() for r in rules]
-
-
-def _open_model_rules(schema: dict[str, Any], cls: type[BaseModel]) -> None:
-    schema["x-kubernetes-preserve-unknown-fields"] = True
-    _model_rules(schema, cls)
-
-
-class _Wire(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-        json_schema_extra=_model_rules,
-    )
-    RULES: ClassVar[tuple[Rule, ...]] = ()
-
-
-class _Open(_Wire):
-    """A Kubernetes object we only partly type; everything else is kept as given (and kept in
-    the schema: x-kubernetes-preserve-unknown-fields). The rest of _Wire's config holds."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra=_open_model_rules)
 
 
 # ---- GPU quantities -------------------------------------------------------------------------
@@ -498,9 +452,6 @@ class NetworkPolicy(_Wire):
     """Render a NetworkPolicy for this job. Unset: the operator's default (--network-policy, on
     unless the chart turns it off)."""
 
-
-# spec.scheduling lives in its own module, which builds on the base classes above.
-from .scheduling import Scheduling, SchedulingStatus  # noqa: E402
 
 ProcsPerNode = Annotated[int, Field(ge=1, le=MAX_PROCS_PER_NODE)] | Literal["gpu"]
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .models import Rule, _Wire
+from .wire import Rule, _Wire
 
 # Who schedules a job's pods as one gang:
 #   None          the pods are scheduled one by one (whatever schedulerName the template names)
