@@ -16,8 +16,10 @@ from typing import Any
 
 import kopf
 
+from torchrun_operator import metrics
 from torchrun_operator.controller import Controller
 from torchrun_operator.kube import client as kclient
+from torchrun_operator.kube import ratelimit
 from torchrun_operator.kube.leader import Gate, LeaderElector
 
 log = logging.getLogger(__name__)
@@ -33,6 +35,8 @@ class Options:
     network_policy: bool = True  # the jobs' default; spec.networkPolicy.enabled overrides
     metrics_port: int | None = None
     kueue: bool = False  # --kueue: queue-name labelled jobs wait for Kueue's admission
+    kube_api_qps: float = ratelimit.DEFAULT_QPS
+    kube_api_burst: int = ratelimit.DEFAULT_BURST
 
 
 _state: dict[str, Any] = {}
@@ -62,7 +66,10 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Every write of the operator passes the gate right before it is sent: open while this
     # replica's term lasts (the elector opens and closes it), for ever without an election.
     gate = Gate()
-    api = kclient.load(gate=gate)
+    limiter = ratelimit.TokenBucket(
+        Options.kube_api_qps, Options.kube_api_burst, observe=metrics.observe_rate_limit_wait
+    )
+    api = kclient.load(gate=gate, limiter=limiter)
     ctrl = Controller(
         api,
         gate=gate,
@@ -73,8 +80,6 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     _state["controller"] = ctrl
     if Options.metrics_port:
-        from torchrun_operator import metrics
-
         metrics.start_metrics_server(Options.metrics_port)
     ctrl.start()
     if Options.leader_namespace:

@@ -10,6 +10,7 @@ import logging
 import kopf
 
 from torchrun_operator import handlers
+from torchrun_operator.kube import ratelimit
 
 # glibc's malloc gives threads that allocate at the same moment arenas of their own, up to 8
 # per core, and memory freed in one arena serves only that arena again. The operator runs
@@ -25,6 +26,20 @@ def limit_malloc_arenas() -> bool:
         return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, MALLOC_ARENAS))
     except (OSError, AttributeError):
         return False
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, not {text}")
+    return value
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,6 +66,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="admit jobs labelled kueue.x-k8s.io/queue-name through Kueue Workloads "
         "(docs/scheduling.md); needs Kueue's CRDs and the chart's kueue.enabled RBAC",
     )
+    p.add_argument(
+        "--kube-api-qps",
+        type=_non_negative_float,
+        default=ratelimit.DEFAULT_QPS,
+        help="requests per second to the apiserver, after the burst (0: no limit)",
+    )
+    p.add_argument(
+        "--kube-api-burst",
+        type=_positive_int,
+        default=ratelimit.DEFAULT_BURST,
+        help="requests the operator may send at once before --kube-api-qps applies",
+    )
     p.add_argument("--log-format", choices=["plain", "json"], default="plain")
     p.add_argument("-v", "--verbose", action="store_true")
     return p.parse_args(argv)
@@ -65,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     handlers.Options.workers = args.workers
     handlers.Options.network_policy = args.network_policy
     handlers.Options.kueue = args.kueue
+    handlers.Options.kube_api_qps = args.kube_api_qps
+    handlers.Options.kube_api_burst = args.kube_api_burst
     handlers.Options.metrics_port = args.metrics_port or None
     kopf.configure(
         verbose=args.verbose,

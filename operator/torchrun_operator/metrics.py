@@ -64,6 +64,8 @@ RESTART_KINDS = (RestartKind.USER, RestartKind.INFRASTRUCTURE)
 _STARTUP_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 # A reconcile is a handful of API calls: milliseconds to a few seconds.
 _RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# Most requests wait 0 (the burst); a create burst over it waits up to seconds.
+_RATE_LIMIT_BUCKETS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class Metrics:
@@ -128,6 +130,14 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.rate_limit_wait = Histogram(
+            "client_rate_limit_wait_seconds",
+            "Time each API request waited for the client-side rate limit (--kube-api-qps, "
+            "--kube-api-burst) before it was sent.",
+            namespace=NAMESPACE,
+            registry=r,
+            buckets=_RATE_LIMIT_BUCKETS,
+        )
         self.progress = ProgressCollector()
         r.register(self.progress)
         for phase in PHASES:
@@ -135,6 +145,9 @@ class Metrics:
         for kind in RESTART_KINDS:
             # Pre-create so `rate()` sees a 0 before the first restart, not an absent series.
             self.restarts.labels(kind=kind)
+
+    def observe_rate_limit_wait(self, seconds: float) -> None:
+        self.rate_limit_wait.observe(seconds)
 
     def observe_reconcile(self, seconds: float, error: bool = False) -> None:
         self.reconcile_duration.observe(seconds)
@@ -292,6 +305,10 @@ default = Metrics()
 ProcessCollector(registry=default.registry)
 
 _server_lock = threading.Lock()
+
+
+def observe_rate_limit_wait(seconds: float) -> None:
+    default.observe_rate_limit_wait(seconds)
 
 
 def observe_reconcile(seconds: float, error: bool = False) -> None:

@@ -194,6 +194,8 @@ def test_deployment_args_default_to_all_namespaces_with_leader_election() -> Non
         f"--leader-election-id={lease_name}",
         "--network-policy",
         "--log-format=json",
+        "--kube-api-qps=50",
+        "--kube-api-burst=100",
     ]
 
 
@@ -370,6 +372,8 @@ def test_several_replicas_without_leader_election_are_refused() -> None:
         ("watchNamespaces=x", "at '/watchNamespaces': got string, want array"),
         ("watchNamespaces={Bad_NS}", "at '/watchNamespaces/0'"),
         ("logFormat=xml", "at '/logFormat'"),
+        ("kubeApiQPS=-1", "at '/kubeApiQPS'"),
+        ("kubeApiBurst=0", "at '/kubeApiBurst'"),
         ("metrics.port=70000", "at '/metrics/port'"),
         ("replicaCont=2", "additional properties 'replicaCont' not allowed"),
         ("jobNetworkPolicy.enabled=maybe", "at '/jobNetworkPolicy/enabled'"),
@@ -413,6 +417,18 @@ def test_rendered_args_are_accepted_by_the_operator(
     assert args.network_policy is network_policy
     assert args.leader_election_namespace == NS
     assert (args.liveness_port, args.metrics_port, args.log_format) == (8080, 9090, "json")
+    assert (args.kube_api_qps, args.kube_api_burst) == (50.0, 100)
+
+
+def test_rate_limit_values_become_the_operator_flags_and_bad_ones_are_refused() -> None:
+    from torchrun_operator.main import parse
+
+    args = parse(deployment_container(render("kubeApiQPS=7", "kubeApiBurst=9"))["args"])
+    assert (args.kube_api_qps, args.kube_api_burst) == (7.0, 9)
+    assert parse(["--kube-api-qps=0"]).kube_api_qps == 0.0  # no limit
+    for bad in (["--kube-api-qps=-1"], ["--kube-api-qps=nan"], ["--kube-api-burst=0"]):
+        with pytest.raises(SystemExit):
+            parse(bad)
 
 
 # Kueue (kueue.enabled, docs/scheduling.md): kube/kueue.py watches the job's Workload by label,

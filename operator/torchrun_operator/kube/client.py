@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator.kube import faults
 from torchrun_operator.kube.leader import FENCE_MARGIN_SECONDS, Gate
+from torchrun_operator.kube.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
 
@@ -78,15 +79,18 @@ class ApiClient(client.ApiClient):
         request_timeout: Any = REQUEST_TIMEOUT,
         injector: faults.Injector | None = None,
         gate: Gate | None = None,
+        limiter: TokenBucket | None = None,
     ) -> None:
         super().__init__(configuration)
         self.request_timeout = request_timeout
         self.injector = injector
         self.gate = gate
+        self.limiter = limiter
 
     def ungated(self) -> ApiClient:
         """A client like this one whose writes pass no gate: the leader election's own (its
-        Lease writes are how a term is won). Same configuration and fault injector."""
+        Lease writes are how a term is won). Same configuration and fault injector; no rate
+        limit either: a renewal queued behind a burst of creates would lose the term."""
         return ApiClient(self.configuration, self.request_timeout, self.injector)
 
     def call_api(
@@ -111,6 +115,9 @@ class ApiClient(client.ApiClient):
                 self, method, url, header_params, body, post_params, _request_timeout=timeout
             )
 
+        if self.limiter is not None:
+            # Before the gate: a write that waited here is still checked right before it goes.
+            self.limiter.wait()
         return send() if self.injector is None else self.injector.call(method, url, send)
 
 
@@ -198,8 +205,13 @@ def in_cluster_server(env: Mapping[str, str]) -> str | None:
     return f"https://{host}:{port}"
 
 
-def load(env: Mapping[str, str] = os.environ, gate: Gate | None = None) -> ApiClient:
-    """The client for the operator's requests; with `gate`, its writes are fenced by it."""
+def load(
+    env: Mapping[str, str] = os.environ,
+    gate: Gate | None = None,
+    limiter: TokenBucket | None = None,
+) -> ApiClient:
+    """The client for the operator's requests; with `gate`, its writes are fenced by it, and
+    with `limiter`, every request waits for its token (kube/ratelimit.py)."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
@@ -216,7 +228,7 @@ def load(env: Mapping[str, str] = os.environ, gate: Gate | None = None) -> ApiCl
             env[faults.ENV],
             len(injector.rules),
         )
-    return ApiClient(cfg, injector=injector, gate=gate)
+    return ApiClient(cfg, injector=injector, gate=gate, limiter=limiter)
 
 
 def api_message(e: ApiException) -> str:
