@@ -23,7 +23,7 @@ venv: ## make or reuse the pinned test environment, linked as .venv
 	hack/venv.sh
 
 test: sysdeps build-all venv lint ## everything CI runs: build, lint, every test
-	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
+	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra --durations=30
 
 e2e: sysdeps build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra tests/integration/test_images_docker.py \
