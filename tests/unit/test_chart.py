@@ -389,9 +389,16 @@ def test_chart_crds_are_a_copy_of_the_generated_ones() -> None:
     assert copied == source, "run hack/sync-chart-crds.sh"
     match, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", source, shallow=False)
     assert not mismatch and not errors, f"{mismatch + errors} differ: run hack/sync-chart-crds.sh"
-    crd = yaml.safe_load((CHART / "crds" / source[0]).read_text())
-    assert crd["spec"]["group"] == "torchrun.dev"
-    assert crd["spec"]["names"]["plural"] == "distributedtrainingjobs"
+    plurals = set()
+    for name in source:
+        crd = yaml.safe_load((CHART / "crds" / name).read_text())
+        assert crd["spec"]["group"] == "torchrun.dev"
+        plurals.add(crd["spec"]["names"]["plural"])
+    assert plurals == {
+        "distributedtrainingjobs",
+        "clusterdistributedtrainingruntimes",
+        "distributedtrainingruntimes",
+    }
 
 
 @pytest.mark.parametrize(
