@@ -18,7 +18,6 @@ import sys
 from typing import Any
 
 import yaml
-
 from pydantic import BaseModel
 
 from . import names

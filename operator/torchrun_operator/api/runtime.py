@@ -33,6 +33,7 @@ from .models import (
 from .scheduling import Scheduling
 
 TRAINER = "trainer"
+Arg = Annotated[str, Field(max_length=65536)]
 CLUSTER_KIND = "ClusterDistributedTrainingRuntime"
 NAMESPACED_KIND = "DistributedTrainingRuntime"
 RuntimeKind = Literal["ClusterDistributedTrainingRuntime", "DistributedTrainingRuntime"]
@@ -46,10 +47,7 @@ class PartialContainer(_Open):
     """The container's name, unique in the pod; the first must be "trainer"."""
     image: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     """The container image; unset: each job gives it."""
-    command: (
-        Annotated[list[Annotated[str, Field(max_length=65536)]], Field(min_length=1, max_length=4096)]
-        | None
-    ) = None
+    command: Annotated[list[Arg], Field(min_length=1, max_length=4096)] | None = None
     """The program; unset: each job gives it (in the trainer, torchrun runs it)."""
     args: list[str] | None = None
     """Arguments appended to command."""
@@ -110,4 +108,3 @@ class RuntimeSpec(_Wire):
     """Gang restarts after a failure, unless the job sets them."""
     scheduling: Scheduling | None = None
     """Gang scheduling and placement, unless the job sets them."""
-
