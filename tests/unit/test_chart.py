@@ -96,6 +96,8 @@ NAMESPACED_NEEDS = [
     # kopf lists and watches; get: re-read after a conflict; delete: TTL after finished.
     *[("torchrun.dev", "distributedtrainingjobs", v) for v in ("get", "list", "watch", "delete")],
     ("torchrun.dev", "distributedtrainingjobs/status", "patch"),
+    # kube/runtimes.py: the runtime a job names, by name, until the job records it.
+    ("torchrun.dev", "distributedtrainingruntimes", "get"),
     # Only for OwnerReferencesPermissionEnforcement (blockOwnerDeletion on children).
     ("torchrun.dev", "distributedtrainingjobs/finalizers", "update"),
     ("", "events", "create"),  # ours and kopf's, core/v1, never patched
@@ -113,6 +115,7 @@ CLUSTER_READS = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
+    ("torchrun.dev", "clusterdistributedtrainingruntimes", "get"),
 ]
 # What a least-privilege role must not allow: each was granted once, or is a near miss.
 NAMESPACED_DENIALS = [
@@ -136,6 +139,11 @@ NAMESPACED_DENIALS = [
     ("torchrun.dev", "distributedtrainingjobs", "patch"),
     ("torchrun.dev", "distributedtrainingjobs", "update"),
     ("torchrun.dev", "distributedtrainingjobs/status", "get"),
+    # Runtimes are the platform team's: the operator reads them, never writes them.
+    *[
+        ("torchrun.dev", "distributedtrainingruntimes", v)
+        for v in ("create", "patch", "update", "delete")
+    ],
 ]
 
 
