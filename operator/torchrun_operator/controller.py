@@ -44,12 +44,14 @@ from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.runtimes import RuntimeReader
 from torchrun_operator.kube.workqueue import WorkQueue, backoff_delay
+from torchrun_operator.launcher.launcher import STATUS_PORT
 from torchrun_operator.reconcile import Plan, children, observe, reconcile, runtimeref
 from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission
 from torchrun_operator.render import kueue
 from torchrun_operator.render.configmap import packaged_launcher
 from torchrun_operator.render.networkpolicy import OperatorPeer
+from torchrun_operator.render.ports import status_port
 
 log = logging.getLogger(__name__)
 
@@ -417,8 +419,18 @@ class Controller:
             # Which pods to read next: the running pods of the attempt the plan recorded.
             running = plan.status.get("phase") not in (*FINISHED, Phase.SUSPENDED)
             attempt = plan.status.get("attempt")
-            self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
+            pods = self.pods.pods(key) if running else []
+            self.rankmap.track(key, pods, attempt, self._status_port(work))
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    @staticmethod
+    def _status_port(job: Obj) -> int:
+        """The port the job's launchers answer on (render/ports.py); the contract's for a
+        spec the model refuses (its pods, if any, were rendered so)."""
+        try:
+            return status_port(job)
+        except ValidationError:
+            return STATUS_PORT
 
     def _view(self, pod: Obj, trainer: str | None) -> observe.PodView:
         """observe.view, remembered per cached pod object (the cache never changes one)."""

@@ -99,6 +99,7 @@ def test_hostnetwork_preset_runs_on_the_nodes_network_one_pod_per_node() -> None
     job = _merged("gpu-hostnetwork-job.yaml")
     pod = render_pod(job, 0, 0)
     assert pod["spec"]["hostNetwork"] is True
+    assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     assert JobSpec.model_validate(job["spec"]).scheduling.placement.one_pod_per_node
 
 
