@@ -28,7 +28,7 @@ Obj = dict[str, Any]
 
 # Lists whose entries are matched by a key, and whether a match is merged (containers) or the
 # job's entry replaces the runtime's whole.
-_KEYED: dict[str, tuple[str, Literal["merge", "replace"]]] = {
+KEYED: dict[str, tuple[str, Literal["merge", "replace"]]] = {
     "containers": ("name", "merge"),
     "initContainers": ("name", "merge"),
     "ephemeralContainers": ("name", "merge"),
@@ -67,11 +67,16 @@ def _merge_field(key: str, base: Any, over: Any) -> Any:
     if isinstance(base, Mapping) and isinstance(over, Mapping):
         return _merge_obj(base, over)
     if isinstance(base, list) and isinstance(over, list):
-        if key in _KEYED:
-            return _merge_keyed(base, over, *_KEYED[key])
-        if all(isinstance(v, Mapping) for v in (*base, *over)):
+        if key in KEYED:
+            return _merge_keyed(base, over, *KEYED[key])
+        if joinable(base, over):
             return [*base, *(_copy(v) for v in over if v not in base)]
     return _copy(over)  # a scalar, a list of scalars, or a type the job changed
+
+
+def joinable(base: list[Any], over: list[Any]) -> bool:
+    """Lists of objects without a key are joined; lists of scalars are values."""
+    return all(isinstance(v, Mapping) for v in (*base, *over))
 
 
 def _merge_keyed(

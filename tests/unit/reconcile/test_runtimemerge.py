@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from torchrun_operator.api.models import JobSpec
+from torchrun_operator.cli.convert.onruntime import only_what_differs
 from torchrun_operator.reconcile.runtimemerge import explain, merge, origin
 
 Obj = dict[str, Any]
@@ -254,3 +255,21 @@ def test_origin_follows_containers_by_name_not_position() -> None:
     assert origin(loc, merged, job) == "job"
     assert origin(("template", "spec", "containers", 0, "image"), merged, job) == "runtime"
     assert origin(("template", "spec", "containers", 1), merged, job) == "job and runtime"
+
+
+# ---- the inverse: kubectl dtj convert --runtime (cli/convert/onruntime.py) -------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(_spec, _spec)
+def test_keeping_only_what_differs_merges_to_the_same_spec(runtime: Obj, job: Obj) -> None:
+    """What convert --runtime drops from a job, the runtime gives back: merging the reduced
+    job onto the runtime gives what merging the whole job gives."""
+    reduced = only_what_differs(runtime, job)
+    assert merge(runtime, reduced) == merge(runtime, job)
+    assert only_what_differs(runtime, reduced) == reduced  # nothing more to drop
+
+
+def test_a_job_equal_to_its_runtime_keeps_nothing() -> None:
+    spec = {"nprocPerNode": 2, "template": {"spec": {"containers": [{"name": "t", "image": "i"}]}}}
+    assert only_what_differs(spec, copy.deepcopy(spec)) == {}
