@@ -53,6 +53,10 @@ def test_runtime_schemas_are_structural_and_scoped(kind: str) -> None:
     spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     trainer = spec["properties"]["template"]["properties"]["spec"]["properties"]["containers"]
     assert trainer["items"]["required"] == ["name"]  # image and command may be left to jobs
+    # A runtime records what its author set: a default written in by the apiserver would be
+    # a setting of every job (a rendezvous.port that host-network jobs would share).
+    for field in ("rendezvous", "torchrun", "failurePolicy", "scheduling"):
+        assert not [p for p, node in _walk(spec["properties"][field]) if "default" in node], field
 
 
 def test_schema_is_structural() -> None:

@@ -224,6 +224,11 @@ def runtime_crd(kind: str) -> JsonDict:
     cluster = kind == names.CLUSTER_RUNTIME_KIND
     plural = names.CLUSTER_RUNTIME_PLURAL if cluster else names.RUNTIME_PLURAL
     where = "cluster-wide" if cluster else "in its namespace"
+    spec = model_schema(RuntimeSpec)
+    # No CRD defaults here either: a runtime records what its author set, and nothing else
+    # (a defaulted rendezvous.port would be an explicit port to every job, render/ports.py).
+    for field in RUNTIME_DEFAULTED:
+        _without_defaults(spec["properties"][field])
     schema = {
         "type": "object",
         "description": f"{_RUNTIME_OBJECT} This one is {where}.",
@@ -232,7 +237,7 @@ def runtime_crd(kind: str) -> JsonDict:
             "apiVersion": {"type": "string", "description": _API_VERSION},
             "kind": {"type": "string", "description": f"Kind is the REST resource: {kind}."},
             "metadata": {"type": "object"},
-            "spec": model_schema(RuntimeSpec),
+            "spec": spec,
         },
     }
     return {
