@@ -413,7 +413,8 @@ class Controller:
         except _Gone:
             self._forget(key, uid)
             return
-        if written and self.kueue is not None:
+        if written and self.kueue is not None and not resolved.missing:
+            # A job waiting for its runtime has no pod template to queue yet.
             self._sync_workload(work, plan, workload, priority)
         if self.rankmap is not None:
             # Which pods to read next: the running pods of the attempt the plan recorded.

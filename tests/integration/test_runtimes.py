@@ -167,3 +167,75 @@ def test_a_runtime_edited_while_the_job_runs_changes_nothing_in_it_nor_its_gang_
     client.CustomObjectsApi(kube).delete_namespaced_custom_object(
         names.GROUP, names.VERSION, namespace, names.PLURAL, "edit"
     )
+
+
+def test_two_host_network_jobs_on_the_same_nodes_both_rendezvous(
+    kube: client.ApiClient, namespace: str, custom: Any
+) -> None:
+    """Two host-network jobs, each with a pod on every node, at once: the apiserver makes their
+    container ports host ports, and the scheduler would keep pods with one host port apart,
+    so both run together only because each job has ports of its own. (The process node gives
+    every pod its own network namespace even with hostNetwork, docs/runtimes.md: the ports
+    are judged by the apiserver and the scheduler, as on a real node.)"""
+    nodes = len([n for n in client.CoreV1Api(kube).list_node().items if not n.spec.unschedulable])
+    name = f"{namespace}-hostnet"
+    rt = cpu_runtime(name)
+    rt["spec"]["template"]["spec"]["hostNetwork"] = True
+    custom.create_cluster_custom_object(
+        names.GROUP, names.VERSION, names.CLUSTER_RUNTIME_PLURAL, rt
+    )
+    try:
+        for job in ("hn-a", "hn-b"):
+            doc = job_on(job, name, names.CLUSTER_RUNTIME_KIND, SLEEP)
+            doc["spec"]["nodes"] = nodes
+            create_job(kube, namespace, doc)
+
+        def both_rendezvoused() -> bool:
+            return all(
+                (jobs.condition(get_job(kube, namespace, j), "RendezvousDone") or {}).get("status")
+                == "True"
+                for j in ("hn-a", "hn-b")
+            )
+
+        try:
+            wait_for("both jobs to rendezvous", both_rendezvoused, timeout=180)
+        except TimeoutError:
+            states = {
+                j: (
+                    get_job(kube, namespace, j).get("status"),
+                    [
+                        (
+                            p.metadata.name,
+                            p.spec.node_name,
+                            p.status.phase,
+                            p.status.pod_ip,
+                            p.status.message,
+                        )
+                        for p in job_pods(kube, namespace, j)
+                    ],
+                )
+                for j in ("hn-a", "hn-b")
+            }
+            raise AssertionError(f"not both rendezvoused: {states}") from None
+        seen: dict[str, tuple[set[int], set[str]]] = {}
+        for job in ("hn-a", "hn-b"):
+            pods = job_pods(kube, namespace, job)
+            assert len(pods) == nodes
+            for pod in pods:
+                assert pod.spec.host_network and pod.spec.dns_policy == "ClusterFirstWithHostNet"
+                # The apiserver made every declared port a host port.
+                assert all(p.host_port == p.container_port for p in pod.spec.containers[0].ports)
+            node_names = {p.spec.node_name for p in pods}
+            assert len(node_names) == nodes  # one pod per node: the host ports keep them apart
+            ports = {p.container_port for pod in pods for p in pod.spec.containers[0].ports}
+            seen[job] = (ports, node_names)
+        assert seen["hn-a"][1] == seen["hn-b"][1]  # the same nodes
+        assert not seen["hn-a"][0] & seen["hn-b"][0]  # and no port in common
+    finally:
+        for job in ("hn-a", "hn-b"):
+            custom.delete_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, job
+            )
+        custom.delete_cluster_custom_object(
+            names.GROUP, names.VERSION, names.CLUSTER_RUNTIME_PLURAL, name
+        )
