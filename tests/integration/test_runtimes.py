@@ -177,7 +177,13 @@ def test_two_host_network_jobs_on_the_same_nodes_both_rendezvous(
     so both run together only because each job has ports of its own. (The process node gives
     every pod its own network namespace even with hostNetwork, docs/runtimes.md: the ports
     are judged by the apiserver and the scheduler, as on a real node.)"""
-    nodes = len([n for n in client.CoreV1Api(kube).list_node().items if not n.spec.unschedulable])
+    nodes = len(
+        [
+            n
+            for n in client.CoreV1Api(kube).list_node().items
+            if not (n.spec and n.spec.unschedulable)
+        ]
+    )
     name = f"{namespace}-hostnet"
     rt = cpu_runtime(name)
     rt["spec"]["template"]["spec"]["hostNetwork"] = True

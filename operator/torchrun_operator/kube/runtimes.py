@@ -31,11 +31,11 @@ class RuntimeReader:
         try:
             got: Obj
             if cluster:
-                got = self.custom.get_cluster_custom_object(
+                got = self.custom.get_cluster_custom_object(  # type: ignore[assignment]
                     names.GROUP, names.VERSION, plural, name
                 )
             else:
-                got = self.custom.get_namespaced_custom_object(
+                got = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
                     names.GROUP, names.VERSION, namespace, plural, name
                 )
             metrics.count_api_call("get", kind.lower(), 200)

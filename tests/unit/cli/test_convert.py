@@ -518,13 +518,14 @@ def test_cli_converts_onto_a_runtime_keeping_only_what_differs(
     doc = load("cpu-demo-demo.yaml")
     whole = convert.convert(doc).job
     trainer = whole["spec"]["template"]["spec"]["containers"][0]
+    runtime_spec: dict[str, Any] = {
+        "template": {"spec": {"containers": [{"name": "trainer", "image": trainer["image"]}]}}
+    }
     runtime = {
         "apiVersion": "torchrun.dev/v1alpha1",
         "kind": "ClusterDistributedTrainingRuntime",
         "metadata": {"name": "cpu"},
-        "spec": {
-            "template": {"spec": {"containers": [{"name": "trainer", "image": trainer["image"]}]}}
-        },
+        "spec": runtime_spec,
     }
     path = tmp_path / "runtime.yaml"
     path.write_text(yaml.safe_dump(runtime))
@@ -539,5 +540,5 @@ def test_cli_converts_onto_a_runtime_keeping_only_what_differs(
     # Merged onto the runtime, it is the whole conversion again, the trainer renamed.
     renamed = copy.deepcopy(whole["spec"])
     renamed["template"]["spec"]["containers"][0]["name"] = "trainer"
-    merged = merge(runtime["spec"], job["spec"])
+    merged = merge(runtime_spec, job["spec"])
     assert {k: v for k, v in merged.items() if k != "runtimeRef"} == renamed

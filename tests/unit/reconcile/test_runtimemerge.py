@@ -57,9 +57,9 @@ _toleration = st.fixed_dictionaries(
 _pod = st.fixed_dictionaries(
     {},
     optional={
-        "containers": st.lists(_container, max_size=3, unique_by=lambda c: c["name"]),
-        "initContainers": st.lists(_container, max_size=2, unique_by=lambda c: c["name"]),
-        "volumes": st.lists(_volume, max_size=3, unique_by=lambda v: v["name"]),
+        "containers": st.lists(_container, max_size=3, unique_by=lambda c: str(c["name"])),
+        "initContainers": st.lists(_container, max_size=2, unique_by=lambda c: str(c["name"])),
+        "volumes": st.lists(_volume, max_size=3, unique_by=lambda v: str(v["name"])),
         "tolerations": st.lists(_toleration, max_size=2),
         "nodeSelector": st.dictionaries(st.sampled_from(["a", "b"]), st.text("xy", max_size=1)),
         "hostNetwork": st.booleans(),
