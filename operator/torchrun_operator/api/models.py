@@ -713,7 +713,8 @@ class Condition(_Wire):
 
     type: str
     """Created, Scheduled, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler,
-    Admitted (jobs queued through Kueue), Succeeded or Failed."""
+    Admitted (jobs queued through Kueue), RuntimeResolved (jobs naming a runtime), Succeeded
+    or Failed."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str | None = None
