@@ -94,3 +94,50 @@ def condition(obj: Mapping[str, Any], type_: str) -> Any:
     with status.conditions (a Kueue Workload)."""
     status = obj if "conditions" in obj else (obj.get("status") or {})
     return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+
+
+def runtime(
+    name: str,
+    *,
+    namespace: str | None = None,
+    trainer: Mapping[str, Any] | None = None,
+    pod: Mapping[str, Any] | None = None,
+    **spec: Any,
+) -> Obj:
+    """A training runtime (docs/runtimes.md): a ClusterDistributedTrainingRuntime, or with a
+    `namespace` a DistributedTrainingRuntime there. `trainer`: fields of its trainer container
+    (name "trainer"); `pod`: more fields of its pod template's spec; `spec`: more fields of
+    its spec (nprocPerNode, torchrun, rendezvous, failurePolicy, scheduling)."""
+    container: Obj = {"name": TRAINER, **copy.deepcopy(dict(trainer or {}))}
+    body: Obj = {
+        "template": {"spec": {**copy.deepcopy(dict(pod or {})), "containers": [container]}}
+    }
+    body.update(copy.deepcopy(spec))
+    kind = names.RUNTIME_KIND if namespace else names.CLUSTER_RUNTIME_KIND
+    metadata: Obj = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return {"apiVersion": names.API_VERSION, "kind": kind, "metadata": metadata, "spec": body}
+
+
+def on_runtime(
+    name: str,
+    runtime_name: str,
+    *,
+    kind: str = names.CLUSTER_RUNTIME_KIND,
+    nodes: int = 2,
+    trainer: Mapping[str, Any] | None = None,
+    pod: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    status: Obj | None = None,
+    **spec: Any,
+) -> Obj:
+    """A job of `nodes` pods on the runtime `runtime_name`, giving only `trainer` (fields of its
+    container "trainer", left out when None), `pod` and `spec` of its own."""
+    body: Obj = {"nodes": nodes, "runtimeRef": {"kind": kind, "name": runtime_name}}
+    if trainer is not None or pod is not None:
+        containers = [{"name": TRAINER, **copy.deepcopy(dict(trainer))}] if trainer else []
+        podspec: Obj = copy.deepcopy(dict(pod or {}))
+        if containers:
+            podspec["containers"] = containers
+        body["template"] = {"spec": podspec}
+    body.update(copy.deepcopy(spec))
+    return document(name, body, status=status, **dict(metadata or {}))

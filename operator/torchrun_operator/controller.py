@@ -42,13 +42,16 @@ from torchrun_operator.kube.kueue import KueueClient, WorkloadWatcher
 from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError, Gate
 from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
+from torchrun_operator.kube.runtimes import RuntimeReader
 from torchrun_operator.kube.workqueue import WorkQueue, backoff_delay
-from torchrun_operator.reconcile import Plan, children, observe, reconcile
+from torchrun_operator.launcher.launcher import STATUS_PORT
+from torchrun_operator.reconcile import Plan, children, observe, reconcile, runtimeref
 from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission
 from torchrun_operator.render import kueue
 from torchrun_operator.render.configmap import packaged_launcher
 from torchrun_operator.render.networkpolicy import OperatorPeer
+from torchrun_operator.render.ports import status_port
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +168,7 @@ class Controller:
         self._invalid_status: dict[str, str] = {}
         self._launcher = packaged_launcher()
         self._gang = GangObjects(api)  # spec.scheduling.gang: the attempts' PodGroups
+        self._runtimes = RuntimeReader(api)  # spec.runtimeRef, read until recorded
         self._threads: list[threading.Thread] = []
         self._watchers: list[Watcher] = []
         # The live rank map: the launchers' status endpoints, read by their pod IPs. Off with
@@ -374,16 +378,23 @@ class Controller:
             return
         started = time.monotonic()
         uid = job["metadata"]["uid"]
-        self._recheck_conflicts(job)
+        # The job as the operator works on it: its spec merged onto the runtime it names, as
+        # recorded in its status (read from the API only until it is recorded).
+        lookup = runtimeref.needs_lookup(job)
+        found = self._runtimes.get(*lookup, job["metadata"]["namespace"]) if lookup else None
+        resolved = runtimeref.resolve(job, found)
+        work = resolved.job
+        self._recheck_conflicts(work)
         # An invalid spec needs no children: the reconciler fails the job (InvalidSpec).
         with contextlib.suppress(ValidationError):
-            self._ensure_children(job)
+            if not resolved.missing:
+                self._ensure_children(work)
         blocked = sorted(self._conflicts.get(uid, {}).values())
         refused = sorted(m for m, _, _ in self._refused.get(uid, {}).values())
         live = self.rankmap.live(key) if self.rankmap is not None else None
-        workload = self._workload(job) if self.kueue is not None else None
-        priority = self._priority(job, workload)
-        admission, rendered_from = self._admission(job, workload, priority)
+        workload = self._workload(work) if self.kueue is not None else None
+        priority = self._priority(work, workload)
+        admission, rendered_from = self._admission(work, workload, priority)
         plan = reconcile(
             rendered_from,
             self.pods.pods(key),
@@ -393,20 +404,34 @@ class Controller:
             live,
             admission,
             view_of=self._view,
+            runtime=resolved if resolved.runtime is not None else None,
         )
         try:
-            written = self._apply(job, plan)
+            # The status written is compared with the job's own: a runtime recorded just now
+            # is in `work`'s status only.
+            written = self._apply(work, plan, job.get("status") or {})
         except _Gone:
             self._forget(key, uid)
             return
-        if written and self.kueue is not None:
-            self._sync_workload(job, plan, workload, priority)
+        if written and self.kueue is not None and not resolved.missing:
+            # A job waiting for its runtime has no pod template to queue yet.
+            self._sync_workload(work, plan, workload, priority)
         if self.rankmap is not None:
             # Which pods to read next: the running pods of the attempt the plan recorded.
             running = plan.status.get("phase") not in (*FINISHED, Phase.SUSPENDED)
             attempt = plan.status.get("attempt")
-            self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
+            pods = self.pods.pods(key) if running else []
+            self.rankmap.track(key, pods, attempt, self._status_port(work))
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+
+    @staticmethod
+    def _status_port(job: Obj) -> int:
+        """The port the job's launchers answer on (render/ports.py); the contract's for a
+        spec the model refuses (its pods, if any, were rendered so)."""
+        try:
+            return status_port(job)
+        except ValidationError:
+            return STATUS_PORT
 
     def _view(self, pod: Obj, trainer: str | None) -> observe.PodView:
         """observe.view, remembered per cached pod object (the cache never changes one)."""
@@ -581,7 +606,7 @@ class Controller:
 
     # -- applying a plan: intent first ----------------------------------------------------------
 
-    def _apply(self, job: Obj, plan: Plan) -> bool:
+    def _apply(self, job: Obj, plan: Plan, old_status: Obj) -> bool:
         """Status first, then pods. The status carries every decision (phase, attempt, the
         pods each node index should run), so once it is written a crash or a lost response
         changes nothing: the next reconcile derives the same deletes and creates from it. If
@@ -590,7 +615,6 @@ class Controller:
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         key = (ns, name)
-        old_status = job.get("status") or {}
         if plan.status != old_status:
             if not self._patch_status(job, plan.status):
                 return False

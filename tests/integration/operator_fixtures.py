@@ -1,4 +1,4 @@
-"""Fixtures that install our CRD and run the operator against the test cluster."""
+"""Fixtures that install our CRDs and run the operator against the test cluster."""
 
 from __future__ import annotations
 
@@ -16,8 +16,14 @@ CRD_FILE = REPO / "crds" / "torchrun.dev_distributedtrainingjobs.yaml"
 
 
 def install_crd(api: client.ApiClient) -> None:
+    """Every CRD in crds/: the job's and the training runtimes'."""
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        _install(api, path)
+
+
+def _install(api: client.ApiClient, path: Path) -> None:
     ext = client.ApiextensionsV1Api(api)
-    crd = yaml.safe_load(CRD_FILE.read_text())
+    crd = yaml.safe_load(path.read_text())
     name = crd["metadata"]["name"]
     try:
         current: Any = ext.read_custom_resource_definition(name)
@@ -33,7 +39,7 @@ def install_crd(api: client.ApiClient) -> None:
         conds = served.status.conditions or []
         return any(c.type == "Established" and c.status == "True" for c in conds)
 
-    wait_for("CRD established", established, timeout=30)
+    wait_for(f"CRD {name} established", established, timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -214,9 +214,10 @@ def good(kube: client.ApiClient, namespace: str) -> dict[str, Any]:
 
 def test_a_good_job_is_accepted_with_defaults(good: dict[str, Any]) -> None:
     spec = good["spec"]
-    assert spec["rendezvous"]["port"] == 29400
-    assert spec["failurePolicy"]["maxRestarts"] >= 0
     assert spec["runPolicy"]["suspend"] is False
+    # What a runtime may default is left unset by the apiserver (api/crd.py RUNTIME_DEFAULTED):
+    # written into the job, it would override the runtime's. The model's defaults apply.
+    assert "rendezvous" not in spec and "failurePolicy" not in spec
 
 
 def test_gpus_as_integers_or_plain_strings_are_accepted(

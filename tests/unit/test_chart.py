@@ -96,6 +96,8 @@ NAMESPACED_NEEDS = [
     # kopf lists and watches; get: re-read after a conflict; delete: TTL after finished.
     *[("torchrun.dev", "distributedtrainingjobs", v) for v in ("get", "list", "watch", "delete")],
     ("torchrun.dev", "distributedtrainingjobs/status", "patch"),
+    # kube/runtimes.py: the runtime a job names, by name, until the job records it.
+    ("torchrun.dev", "distributedtrainingruntimes", "get"),
     # Only for OwnerReferencesPermissionEnforcement (blockOwnerDeletion on children).
     ("torchrun.dev", "distributedtrainingjobs/finalizers", "update"),
     ("", "events", "create"),  # ours and kopf's, core/v1, never patched
@@ -113,6 +115,7 @@ CLUSTER_READS = [
     ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
+    ("torchrun.dev", "clusterdistributedtrainingruntimes", "get"),
 ]
 # What a least-privilege role must not allow: each was granted once, or is a near miss.
 NAMESPACED_DENIALS = [
@@ -136,6 +139,11 @@ NAMESPACED_DENIALS = [
     ("torchrun.dev", "distributedtrainingjobs", "patch"),
     ("torchrun.dev", "distributedtrainingjobs", "update"),
     ("torchrun.dev", "distributedtrainingjobs/status", "get"),
+    # Runtimes are the platform team's: the operator reads them, never writes them.
+    *[
+        ("torchrun.dev", "distributedtrainingruntimes", v)
+        for v in ("create", "patch", "update", "delete")
+    ],
 ]
 
 
@@ -393,9 +401,16 @@ def test_chart_crds_are_a_copy_of_the_generated_ones() -> None:
     assert copied == source, "run hack/sync-chart-crds.sh"
     match, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", source, shallow=False)
     assert not mismatch and not errors, f"{mismatch + errors} differ: run hack/sync-chart-crds.sh"
-    crd = yaml.safe_load((CHART / "crds" / source[0]).read_text())
-    assert crd["spec"]["group"] == "torchrun.dev"
-    assert crd["spec"]["names"]["plural"] == "distributedtrainingjobs"
+    plurals = set()
+    for name in source:
+        crd = yaml.safe_load((CHART / "crds" / name).read_text())
+        assert crd["spec"]["group"] == "torchrun.dev"
+        plurals.add(crd["spec"]["names"]["plural"])
+    assert plurals == {
+        "distributedtrainingjobs",
+        "clusterdistributedtrainingruntimes",
+        "distributedtrainingruntimes",
+    }
 
 
 @pytest.mark.parametrize(

@@ -14,13 +14,15 @@ class FakeReader:
     def __init__(self) -> None:
         self.answers: dict[str, Any] = {}
         self.tracked: list[tuple[list[str], int | None]] = []
+        self.ports: list[int] = []
         self.forgotten: list[Any] = []
 
     def live(self, key: Any) -> dict[str, Any]:
         return dict(self.answers)
 
-    def track(self, key: Any, pods: list[dict[str, Any]], attempt: int | None) -> None:
+    def track(self, key: Any, pods: list[dict[str, Any]], attempt: int | None, port: int) -> None:
         self.tracked.append((sorted(p["metadata"]["name"] for p in pods), attempt))
+        self.ports.append(port)
 
     def forget(self, key: Any) -> None:
         self.forgotten.append(key)
@@ -55,6 +57,18 @@ def test_live_answers_reach_the_status_and_the_reader_follows_the_pods() -> None
     h.sync(1)
     assert h.status["phase"] == "Succeeded"
     assert reader.tracked[-1] == ([], 0)
+    assert set(reader.ports) == {29401}  # the pod contract's status port
+
+
+def test_a_host_network_jobs_pods_are_read_on_its_own_status_port() -> None:
+    job = make_job()
+    job["spec"]["template"]["spec"]["hostNetwork"] = True
+    h = Harness(job)
+    reader = with_reader(h)
+    start(h)
+    pod = h.api.pods()["job-0"]
+    declared = {p["name"]: p["containerPort"] for p in pod["spec"]["containers"][0]["ports"]}
+    assert reader.ports[-1] == declared["torchrun-status"] != 29401
 
 
 def test_a_forgotten_job_is_forgotten_by_the_reader() -> None:

@@ -28,11 +28,15 @@ def test_install_manifest_is_current(tmp_path: Path) -> None:
 def test_install_manifest_creates_namespace_and_crd_before_the_operator() -> None:
     objs = [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
     kinds = [o["kind"] for o in objs]
-    assert kinds[:2] == ["Namespace", "CustomResourceDefinition"]
+    assert kinds[:4] == ["Namespace", *["CustomResourceDefinition"] * 3]
     namespace = objs[0]
     assert namespace["metadata"]["name"] == "torchrun-system"
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    assert objs[1]["metadata"]["name"] == "distributedtrainingjobs.torchrun.dev"
+    assert {o["metadata"]["name"] for o in objs[1:4]} == {
+        "distributedtrainingjobs.torchrun.dev",
+        "clusterdistributedtrainingruntimes.torchrun.dev",
+        "distributedtrainingruntimes.torchrun.dev",
+    }
     assert {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment"} <= set(kinds)
     for obj in objs:
         if obj["kind"] not in (

@@ -74,6 +74,11 @@ child once, reads one back by name only to check who owns it, and deletes only p
 - apiGroups: [torchrun.dev]
   resources: [distributedtrainingjobs/status]
   verbs: [patch]
+# The DistributedTrainingRuntime a job names, read by name until the job records it
+# (kube/runtimes.py); never written.
+- apiGroups: [torchrun.dev]
+  resources: [distributedtrainingruntimes]
+  verbs: [get]
 # Children carry ownerReferences with blockOwnerDeletion; clusters running the
 # OwnerReferencesPermissionEnforcement admission plugin (OpenShift) require this to set them.
 # The operator never calls it.
@@ -120,7 +125,8 @@ and delete: an earlier attempt's, by uid. Each gang scheduler's only when enable
 {{- end }}
 {{- end }}
 
-{{/* kopf's own cluster-scoped reads: it discovers CRDs and namespaces at runtime. */}}
+{{/* kopf's own cluster-scoped reads: it discovers CRDs and namespaces at runtime; and the
+cluster runtimes jobs name. */}}
 {{- define "torchrun-operator.clusterReadRules" -}}
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
@@ -128,6 +134,11 @@ and delete: an earlier attempt's, by uid. Each gang scheduler's only when enable
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+# The ClusterDistributedTrainingRuntime a job names, read by name until the job records it
+# (kube/runtimes.py); never written.
+- apiGroups: [torchrun.dev]
+  resources: [clusterdistributedtrainingruntimes]
+  verbs: [get]
 {{- if .Values.kueue.enabled }}
 # Kueue: the ResourceFlavors a Workload was admitted on, for their node labels and
 # tolerations (read by name when a job is admitted), and the WorkloadPriorityClass a job

@@ -201,8 +201,10 @@ def _reserved_path(path: str) -> bool:
 
 _RESERVED_PATHS_CEL = "[" + ", ".join(f"'{p}'" for p in RESERVED_MOUNT_PATHS) + "]"
 _RESERVED_MOUNT = Rule(
-    # An empty list is minItems' to report; containers[0] of it would be a CEL error.
-    "size(self.containers) == 0 || !has(self.containers[0].volumeMounts) || "
+    # An empty list is minItems' to report; containers[0] of it would be a CEL error. A job
+    # with a runtime may give no containers (they come from the runtime).
+    "!has(self.containers) || size(self.containers) == 0 || "
+    "!has(self.containers[0].volumeMounts) || "
     "self.containers[0].volumeMounts.all(m, "
     f"!{_RESERVED_PATHS_CEL}.exists(p, m.mountPath == p || m.mountPath.startsWith(p + '/')))",
     "the trainer (first container) may not mount anything at or under "
@@ -240,12 +242,16 @@ def _cel_owned_flag_after(start: int) -> str:
     return "(" + " || ".join(terms) + ")"
 
 
+# No trainer command to check: a job with a runtime may leave it to the runtime.
+_NO_COMMAND = (
+    f"!has(self.containers) || size(self.containers) == 0 || !has({_CMD}) || size({_CMD}) == 0"
+)
 _CEL_PYTHON = (
     f"({_CMD}[0] in ['python', 'python3'] || {_CMD}[0].endsWith('/python') || "
     f"{_CMD}[0].endsWith('/python3'))"
 )
 _LAUNCHER_OWNED_FLAGS = Rule(
-    f"size(self.containers) == 0 || size({_CMD}) == 0 || !("
+    f"{_NO_COMMAND} || !("
     f"(({_CMD}[0] == 'torchrun' || {_CMD}[0].endsWith('/torchrun')) && "
     f"{_cel_owned_flag_after(1)}) || "
     f"({_CEL_PYTHON} && {_cel_token(1)} == '-m' && "
@@ -282,7 +288,7 @@ def _cel_flag_as_value_after(start: int) -> str:
 
 
 _LAUNCHER_FLAG_AS_VALUE = Rule(
-    f"size(self.containers) == 0 || size({_CMD}) == 0 || !("
+    f"{_NO_COMMAND} || !("
     f"(({_CMD}[0] == 'torchrun' || {_CMD}[0].endsWith('/torchrun')) && "
     f"{_cel_flag_as_value_after(1)}) || "
     f"({_CEL_PYTHON} && {_cel_token(1)} == '-m' && "
@@ -470,6 +476,9 @@ _ELASTIC_BOUNDS = Rule(
     ".elastic",
 )
 _GPU_PROCS_NEED_LIMIT = Rule(
+    # With a runtime the trainer's limit may come from it: the merged spec is checked then.
+    "has(self.runtimeRef) || !has(self.template) || !has(self.template.spec) || "
+    "!has(self.template.spec.containers) || size(self.template.spec.containers) == 0 || "
     "!has(self.nprocPerNode) || type(self.nprocPerNode) != string || "
     "self.nprocPerNode != 'gpu' || "
     f"(has({_TRAINER}.resources) && has({_TRAINER}.resources.limits) && "
@@ -519,16 +528,55 @@ _TRANSITIONS = (
     _NODES_FROZEN,
     _frozen_unless_suspended("elastic", _unchanged("elastic")),
     _frozen_unless_suspended("nprocPerNode", _unchanged("nprocPerNode")),
-    _frozen_unless_suspended("template", "self.template == oldSelf.template"),
-    _frozen_unless_suspended("rendezvous", "self.rendezvous == oldSelf.rendezvous"),
-    _frozen_unless_suspended("scheduling", "self.scheduling == oldSelf.scheduling"),
+    # Unset is possible for these three: a job with a runtime may leave them to it.
+    _frozen_unless_suspended("template", _unchanged("template")),
+    _frozen_unless_suspended("rendezvous", _unchanged("rendezvous")),
+    _frozen_unless_suspended("scheduling", _unchanged("scheduling")),
+    Rule(
+        _unchanged("runtimeRef"),
+        "runtimeRef cannot change: the job resolved its runtime once (docs/runtimes.md)",
+        ".runtimeRef",
+    ),
 )
+# A job without a runtime gives its whole pod template; with one, what it gives is merged onto
+# the runtime's (docs/runtimes.md). The CRD leaves template, containers, image and command
+# optional for that (api/crd.py); this rule asks for them back on a job without a runtime. In
+# Python the model requires them of every spec: the reconciler sees only merged specs.
+_TEMPLATE_UNLESS_RUNTIME = Rule(
+    "has(self.runtimeRef) || (has(self.template) && has(self.template.spec) && "
+    "has(self.template.spec.containers) && "
+    "self.template.spec.containers.all(c, has(c.image) && has(c.command)))",
+    "a job without runtimeRef needs template.spec.containers, each with an image and a command",
+    ".template",
+)
+RUNTIME_KINDS = ("ClusterDistributedTrainingRuntime", "DistributedTrainingRuntime")
+
+
+class RuntimeRef(_Wire):
+    """The training runtime a job's spec is merged onto (docs/runtimes.md)."""
+
+    kind: Literal["ClusterDistributedTrainingRuntime", "DistributedTrainingRuntime"] = (
+        "ClusterDistributedTrainingRuntime"
+    )
+    """ClusterDistributedTrainingRuntime (cluster-wide, the default) or
+    DistributedTrainingRuntime (in the job's namespace)."""
+    name: Annotated[
+        str,
+        Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+    ]
+    """The runtime's name."""
 
 
 class JobSpec(_Wire):
     """A distributed PyTorch training job: `nodes` pods run torchrun against a c10d rendezvous."""
 
-    RULES = (_ELASTIC_BOUNDS, _NPROC_IN_RANGE, _GPU_PROCS_NEED_LIMIT, *_TRANSITIONS)
+    RULES = (
+        _ELASTIC_BOUNDS,
+        _NPROC_IN_RANGE,
+        _GPU_PROCS_NEED_LIMIT,
+        _TEMPLATE_UNLESS_RUNTIME,
+        *_TRANSITIONS,
+    )
 
     nodes: Annotated[int, Field(ge=1, le=MAX_NODES)]
     """Pods (one per node) the operator runs; with elastic, within its bounds."""
@@ -556,6 +604,12 @@ class JobSpec(_Wire):
     scheduling: Scheduling = Scheduling()
     """Gang scheduling (all pods of an attempt or none) and topology placement
     (docs/scheduling.md)."""
+    runtime_ref: RuntimeRef | None = None
+    """A training runtime this spec is merged onto when the job starts: the runtime gives the
+    pod template and defaults for nprocPerNode, torchrun, rendezvous, failurePolicy and
+    scheduling; the job gives what differs (docs/runtimes.md). Then template, and the image
+    and command of its containers, may be left out. It cannot change, and editing the runtime
+    later changes nothing in the job (status.runtime records what it resolved to)."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -610,7 +664,8 @@ class Condition(_Wire):
 
     type: str
     """Created, Scheduled, RendezvousDone, Running, Restarting, Suspended, Blocked, Straggler,
-    Admitted (jobs queued through Kueue), Succeeded or Failed."""
+    Admitted (jobs queued through Kueue), RuntimeResolved (jobs naming a runtime), Succeeded
+    or Failed."""
     status: Literal["True", "False", "Unknown"]
     """Whether the condition holds."""
     reason: str | None = None
@@ -783,6 +838,25 @@ class Counters(_Wire):
     """Recoveries spent from failurePolicy.maxRestarts."""
 
 
+class RuntimeStatus(_Wire):
+    """The runtime the job resolved when it started (spec.runtimeRef), recorded before any of
+    its pods was created. The job's pods, and those of every later attempt, are rendered from
+    spec merged onto this record's spec, never from the runtime as it is now."""
+
+    kind: str
+    """ClusterDistributedTrainingRuntime or DistributedTrainingRuntime."""
+    name: str
+    """The runtime's name."""
+    uid: str | None = None
+    """The runtime object's uid when it was resolved."""
+    resource_version: str | None = None
+    """Its resourceVersion when it was resolved."""
+    spec_hash: str | None = None
+    """A hash (sha256, hex, first 16 digits) of the merged spec when it was resolved."""
+    spec: dict[str, Any]
+    """The runtime's spec as it was resolved: what the job's spec is merged onto."""
+
+
 class JobStatus(_Wire):
     """What the operator observed; written by the operator only."""
 
@@ -823,3 +897,5 @@ class JobStatus(_Wire):
     """When the latest gang restart was decided (RFC 3339); back-off counts from it."""
     scheduling: SchedulingStatus | None = None
     """The current attempt's gang objects (spec.scheduling.gang); absent without a gang."""
+    runtime: RuntimeStatus | None = None
+    """The runtime spec.runtimeRef resolved to, recorded once when the job started."""

@@ -12,6 +12,12 @@ PLURAL = "distributedtrainingjobs"
 SINGULAR = "distributedtrainingjob"
 SHORT_NAMES = ["dtj", "dtjs"]
 
+# The training runtimes a job can name in spec.runtimeRef (api/runtime.py, docs/runtimes.md).
+CLUSTER_RUNTIME_KIND = "ClusterDistributedTrainingRuntime"
+CLUSTER_RUNTIME_PLURAL = "clusterdistributedtrainingruntimes"
+RUNTIME_KIND = "DistributedTrainingRuntime"
+RUNTIME_PLURAL = "distributedtrainingruntimes"
+
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 # The pod's index (0..nodes-1, its hostname <job>-<index>), which is not torchrun's node rank.
 LABEL_INDEX = f"{GROUP}/index"

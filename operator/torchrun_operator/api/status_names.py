@@ -54,6 +54,7 @@ class ConditionType(StrEnum):
     BLOCKED = "Blocked"
     STRAGGLER = "Straggler"
     POD_INPUT_REJECTED = "PodInputRejected"  # a pod said what the operator refuses
+    RUNTIME_RESOLVED = "RuntimeResolved"  # spec.runtimeRef found and recorded (status.runtime)
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
@@ -97,6 +98,8 @@ class Reason(StrEnum):
     RANK_ZERO_SUCCEEDED = "RankZeroSucceeded"
     # Failed, and failures the reconciler names itself
     INVALID_SPEC = "InvalidSpec"
+    RUNTIME_NOT_FOUND = "RuntimeNotFound"
+    RUNTIME_RESOLVED = "RuntimeResolved"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
     RESTART_BUDGET_EXHAUSTED = "RestartBudgetExhausted"
     CRASH_LOOP_NO_PROGRESS = "CrashLoopNoProgress"

@@ -210,6 +210,21 @@ def format_failure(failure: Obj) -> str:
     return "\n".join(lines)
 
 
+def _runtime_line(job: Obj) -> str | None:
+    """The runtime the job resolved (status.runtime), or the one it waits for."""
+    rec = _status(job).get("runtime")
+    if isinstance(rec, Mapping) and rec.get("name"):
+        return (
+            f"{rec.get('kind')} {rec['name']} (resourceVersion {rec.get('resourceVersion')}, "
+            f"spec hash {rec.get('specHash')})"
+        )
+    ref = (job.get("spec") or {}).get("runtimeRef")
+    if isinstance(ref, Mapping) and ref.get("name"):
+        kind = ref.get("kind") or "ClusterDistributedTrainingRuntime"
+        return f"{kind} {ref['name']} (not resolved yet)"
+    return None
+
+
 def format_job_status(job: Obj, now: datetime) -> str:
     meta, status = _meta(job), _status(job)
     nodes = status.get("nodes") or {}
@@ -231,6 +246,9 @@ def format_job_status(job: Obj, now: datetime) -> str:
         summary.append(("Completed", status["completionTime"]))
         if start is not None:
             summary.append(("Duration", _duration(end - start)))
+    runtime = _runtime_line(job)
+    if runtime:
+        summary.append(("Runtime", runtime))
     gang = status.get("scheduling")
     if isinstance(gang, Mapping) and gang.get("gang"):
         summary.append(("Gang", f"{gang['gang']}, PodGroup {gang.get('podGroup')}"))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from torchrun_operator.api import names
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.cli import convert
 from torchrun_operator.cli import format as fmt
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--container", help="container (default: the pod's only one)")
     p.add_argument("--tail", type=int, help="lines from the end to show")
 
-    convert.add_parser(sub)
+    convert.add_parser(sub, common)
     return parser
 
 
@@ -117,6 +118,19 @@ class _Kube:
         obj: dict[str, Any] = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
             GROUP, VERSION, namespace, PLURAL, name
         )
+        return obj
+
+    def get_runtime(self, args: argparse.Namespace) -> dict[str, Any]:
+        """The runtime `convert --runtime` names."""
+        obj: dict[str, Any]
+        if args.runtime_kind == names.CLUSTER_RUNTIME_KIND:
+            obj = self.custom.get_cluster_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, names.CLUSTER_RUNTIME_PLURAL, args.runtime
+            )
+        else:
+            obj = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                GROUP, VERSION, args.namespace or self.namespace, names.RUNTIME_PLURAL, args.runtime
+            )
         return obj
 
     def stream_logs(self, namespace: str, pod: str, args: argparse.Namespace) -> None:
@@ -173,13 +187,15 @@ def run(args: argparse.Namespace, kube: _Kube, now: datetime) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "convert":  # reads a file, talks to no cluster
-        return convert.run(args)
+    if args.command == "convert" and not (args.runtime and not args.runtime_file):
+        return convert.run(args)  # reads a file, talks to no cluster
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 
     try:
         kube = _Kube(args.kubeconfig, args.context)
+        if args.command == "convert":  # --runtime NAME: read the runtime, then convert
+            return convert.run(args, kube.get_runtime(args))
         text = run(args, kube, datetime.now(UTC))
     except fmt.FormatError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -198,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _api_error(e: Any, args: argparse.Namespace) -> str:
+    if e.status == 404 and args.command == "convert":
+        return f"{args.runtime_kind} {args.runtime} not found"
     if e.status == 404:
         return "the DistributedTrainingJob CRD is not installed in this cluster"
     if e.status == 403:

@@ -84,10 +84,14 @@ class Target:
     name: str
     ip: str
     ready: bool
+    port: int = contract.STATUS_PORT  # the launcher's status port (render/ports.py)
 
 
-def targets_of(pods: list[dict[str, Any]], attempt: int | None) -> list[Target]:
-    """The pods worth reading: running, not being deleted, of the job's current attempt."""
+def targets_of(
+    pods: list[dict[str, Any]], attempt: int | None, port: int = contract.STATUS_PORT
+) -> list[Target]:
+    """The pods worth reading: running, not being deleted, of the job's current attempt;
+    their launchers listen on `port`."""
     out = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
@@ -103,7 +107,7 @@ def targets_of(pods: list[dict[str, Any]], attempt: int | None) -> list[Target]:
             c.get("type") == "Ready" and c.get("status") == "True"
             for c in status.get("conditions") or []
         )
-        out.append(Target(uid, meta.get("name", ""), ip, ready))
+        out.append(Target(uid, meta.get("name", ""), ip, ready, port))
     return sorted(out, key=lambda t: t.name)
 
 
@@ -309,7 +313,7 @@ class RankMapReader:
         self,
         on_change: Callable[[Any], None],
         clock: Callable[[], float] = time.time,
-        read: Callable[[str], object] | None = None,
+        read: Callable[[str, int], object] | None = None,
         schedule: ReadSchedule | None = None,
         parallelism: int = PARALLEL_READS,
         per_job: int = PER_JOB_READS,
@@ -346,9 +350,16 @@ class RankMapReader:
         self._sweeps.shutdown(wait=False, cancel_futures=True)
         self._reads.shutdown(wait=False, cancel_futures=True)
 
-    def track(self, key: Hashable, pods: list[dict[str, Any]], attempt: int | None) -> None:
-        """The job's pods as the controller sees them now (called on every reconcile)."""
-        targets = targets_of(pods, attempt)
+    def track(
+        self,
+        key: Hashable,
+        pods: list[dict[str, Any]],
+        attempt: int | None,
+        port: int = contract.STATUS_PORT,
+    ) -> None:
+        """The job's pods as the controller sees them now (called on every reconcile), and
+        the port their launchers' status endpoints listen on."""
+        targets = targets_of(pods, attempt, port)
         with self._cond:
             self._schedule.update(key, targets, self._clock())
             uids = {t.uid for t in targets}
@@ -408,9 +419,9 @@ class RankMapReader:
                 except RuntimeError:  # shut down
                     return
 
-    def _read_checked(self, ip: str) -> Read:
+    def _read_checked(self, ip: str, port: int) -> Read:
         try:
-            return _checked(self._read(ip))
+            return _checked(self._read(ip, port))
         except Exception:  # noqa: BLE001 - a read must never stop the reader
             log.exception("reading the status at %s failed", ip)
             return None
@@ -432,7 +443,7 @@ class RankMapReader:
                 t = next(queue, None)
                 if t is None:
                     break
-                running[self._reads.submit(self._read_checked, t.ip)] = t
+                running[self._reads.submit(self._read_checked, t.ip, t.port)] = t
             if not running:
                 break
             # With a timeout: a read cancelled by stop() is never run, and never wakes wait().
@@ -494,10 +505,10 @@ def _checked(read: object) -> Read:
     return podinput.live_answer(read)
 
 
-def _default_read() -> Callable[[str], Read]:
+def _default_read() -> Callable[[str, int], Read]:
     override = os.environ.get(ENV_ADDRESS_OVERRIDE)
     if override:
         host, _, port = override.rpartition(":")
         log.warning("reading every pod's status from %s (%s)", override, ENV_ADDRESS_OVERRIDE)
-        return lambda ip: fetch(host, int(port), host=ip)
+        return lambda ip, _: fetch(host, int(port), host=ip)
     return fetch

@@ -44,6 +44,8 @@ from .plan import Plan
 from .queueing import admitted, queue, record_admission
 from .refused import say_refused
 from .rootcause import lost_candidate, pod_candidates
+from .runtimemerge import explain
+from .runtimeref import RUNTIME_RETRY_SECONDS, Resolved
 
 # The reconciler's timing constants are read from here (tests/unit/reconcile).
 __all__ = ["MAX_REQUEUE_SECONDS", "SETTLE_SECONDS", "reconcile"]
@@ -58,6 +60,7 @@ def reconcile(
     live: Mapping[str, Any] | None = None,
     admission: Admission | None = None,
     view_of: Callable[[dict[str, Any], str | None], PodView] = view,
+    runtime: Resolved | None = None,
 ) -> Plan:
     """`blocked`: objects the shell found in the job's way (a Service or ConfigMap under the
     job's names that is not the job's), described for people; while any is, no pod is
@@ -69,17 +72,26 @@ def reconcile(
     belong to the pod's attempt and index are ignored. `admission`: what Kueue says about a
     job queued through it (reconcile/admission.py), None for any other job. `view_of`: how a
     pod is read (observe.view; the shell passes one that remembers the views of the pods it
-    has cached, which never change)."""
+    has cached, which never change). `runtime`: what the job's spec.runtimeRef resolved to
+    (reconcile/runtimeref.py), whose `job` is the one passed here; None for a job without one."""
     status = _migrated(json_copy(job.get("status") or {}))
     meta = job["metadata"]
     if meta.get("generation") is not None:
         status["observedGeneration"] = meta["generation"]
     status.setdefault("attempt", 0)
     status.setdefault("phase", Phase.PENDING)
+    if runtime is not None and runtime.missing:
+        return _await_runtime(job, pods, status, now, str(runtime.runtime), view_of)
+    problem = runtime.problem if runtime is not None else None
     try:
         spec = JobSpec.model_validate(job.get("spec") or {})
     except ValidationError as err:
-        return _invalid(job, pods, status, now, err, view_of)
+        if runtime is not None and runtime.own_spec is not None:
+            problem = problem or explain(err, job["spec"], runtime.own_spec, str(runtime.runtime))
+        else:
+            problem = problem or f"invalid spec: {err}"
+    if problem is not None:
+        return _invalid(job, pods, status, now, problem, view_of)
     views = [view_of(p, spec.trainer.name) for p in pods]
     uid = meta.get("uid")
     reads: dict[str, Live] = {}
@@ -104,6 +116,11 @@ def reconcile(
     )
     ctx.counters  # noqa: B018 - materialise the counters so every status carries them
     status["worldSize"] = world_size(spec)
+    if runtime is not None and runtime.resolved_now:
+        rec = status["runtime"]
+        message = f"{runtime.runtime} resolved (resourceVersion {rec.get('resourceVersion')})"
+        ctx.set_cond(ConditionType.RUNTIME_RESOLVED, True, Reason.RUNTIME_RESOLVED, message)
+        ctx.event("Normal", Reason.RUNTIME_RESOLVED, message)
 
     phase = status["phase"]
     waited = record_admission(ctx, admission) if phase not in FINISHED else None
@@ -157,7 +174,7 @@ def _invalid(
     pods: list[dict[str, Any]],
     status: dict[str, Any],
     now: datetime,
-    err: Exception,
+    problem: str,
     view_of: Callable[[dict[str, Any], str | None], PodView],
 ) -> Plan:
     """A spec the model refuses fails the job like any other failure (finish.py): its pods
@@ -179,7 +196,36 @@ def _invalid(
     if ctx.phase in FINISHED:
         after_finish(ctx)
     else:
-        finish(ctx, Phase.FAILED, Reason.INVALID_SPEC, truncate(f"invalid spec: {err}") or "")
+        finish(ctx, Phase.FAILED, Reason.INVALID_SPEC, truncate(problem) or "")
+    return ctx.plan()
+
+
+def _await_runtime(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    status: dict[str, Any],
+    now: datetime,
+    runtime: str,
+    view_of: Callable[[dict[str, Any], str | None], PodView],
+) -> Plan:
+    """The job's runtime does not exist (yet): it stays Pending, creates nothing, and says
+    which runtime it waits for; the shell reads the runtime again after
+    RUNTIME_RETRY_SECONDS."""
+    raw = job.get("spec") or {}
+    uid = job["metadata"].get("uid")
+    views = [view_of(p, _trainer_name(raw)) for p in pods]
+    ctx = Ctx(
+        job=job,
+        spec=JobSpec.model_construct(run_policy=_run_policy(raw.get("runPolicy"))),
+        now=now.timestamp(),
+        status=status,
+        pods=[v for v in views if v.owner_uid == uid],
+        taken={v.name for v in views},
+    )
+    message = f"{runtime} (spec.runtimeRef) not found; the job starts once it exists"
+    if ctx.set_cond(ConditionType.RUNTIME_RESOLVED, False, Reason.RUNTIME_NOT_FOUND, message):
+        ctx.event("Warning", Reason.RUNTIME_NOT_FOUND, message)
+    ctx.requeue.append(RUNTIME_RETRY_SECONDS)
     return ctx.plan()
 
 

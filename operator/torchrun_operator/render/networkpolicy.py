@@ -18,12 +18,13 @@ the job's pods only is the one choice that never widens what a cluster already a
 who wants more (Prometheus scraping a trainer, TensorBoard) adds a policy of their own, which
 adds to this one. See docs/security.md.
 
-One more port is admitted from one more peer: the launcher's read-only status endpoint
-(the pod contract's STATUS_PORT, docs/pod-contract.md), which the operator reads for the live
-rank map and progress, from the operator's own pods (its namespace, and the label the chart gives
-them) and from nothing else, so it too never widens what a cluster allows. An operator that does not
-know its namespace (it runs outside the cluster) cannot be named by a policy: the rule is left
-out, and reads from outside the pod network are the CNI's business (nodes are admitted).
+One more port is admitted from one more peer: the launcher's read-only status endpoint (the pod
+contract's STATUS_PORT, or a host-network job's own: render/ports.py), which the operator reads
+for the live rank map and progress, from the operator's own pods (its namespace, and the label
+the chart gives them) and from nothing else, so it too never widens what a cluster allows. An
+operator that does not know its namespace (it runs outside the cluster) cannot be named by a
+policy: the rule is left out, and reads from outside the pod network are the CNI's business
+(nodes are admitted).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..api import names
-from ..launcher import launcher as contract
 from .common import child_metadata
+from .ports import status_port
 from .sizing import job_spec
 
 API_VERSION = "networking.k8s.io/v1"
@@ -80,7 +81,7 @@ def render_network_policy(
                         "podSelector": {"matchLabels": dict(operator.labels)},
                     }
                 ],
-                "ports": [{"port": contract.STATUS_PORT, "protocol": "TCP"}],
+                "ports": [{"port": status_port(job), "protocol": "TCP"}],
             }
         )
     return {

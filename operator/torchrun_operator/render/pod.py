@@ -11,6 +11,7 @@ from ..launcher import launcher as contract
 from . import gang, placement
 from .common import child_metadata
 from .configmap import packaged_launcher_digest
+from .ports import host_network, ports
 from .sizing import job_spec, nproc_per_node
 
 LAUNCHER_PATH = f"{contract.LAUNCHER_DIR}/{contract.LAUNCHER_FILE}"
@@ -62,6 +63,7 @@ def torchrun_args(job: dict[str, Any], node_index: int, attempt: int) -> list[st
     meta = job["metadata"]
     nnodes = f"{spec.min_nodes}:{spec.max_nodes}" if spec.is_elastic else str(spec.nodes)
     rdzv = spec.rendezvous
+    port, _ = ports(job, spec)
     is_host = 1 if node_index == 0 else 0
     return [
         "--nnodes",
@@ -71,7 +73,7 @@ def torchrun_args(job: dict[str, Any], node_index: int, attempt: int) -> list[st
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"{names.rendezvous_host(meta['name'])}:{rdzv.port}",
+        f"{names.rendezvous_host(meta['name'])}:{port}",
         "--rdzv-id",
         names.rdzv_id(meta["uid"], attempt),
         "--rdzv-conf",
@@ -86,7 +88,7 @@ def _window(spec: JobSpec) -> int:
     return straggler.window_seconds if straggler else DEFAULT_PROGRESS_WINDOW_SECONDS
 
 
-def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
+def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": contract.ENV_STATE_DIR, "value": contract.STATE_DIR},
@@ -96,7 +98,7 @@ def _env(spec: JobSpec, node_index: int) -> list[dict[str, Any]]:
         {"name": contract.ENV_NODE_RANK, "value": str(node_index)},
         {"name": contract.ENV_PROGRESS_FILE, "value": PROGRESS_FILE},
         {"name": contract.ENV_PROGRESS_WINDOW, "value": str(_window(spec))},
-        {"name": contract.ENV_STATUS_PORT, "value": str(contract.STATUS_PORT)},
+        {"name": contract.ENV_STATUS_PORT, "value": str(status_port)},
     ]
     timeout = spec.run_policy.progress_timeout_seconds
     if timeout is not None:
@@ -121,7 +123,8 @@ def _trainer(
     container["command"] = ["python", "-c", LAUNCHER_BOOTSTRAP, LAUNCHER_PATH, digest]
     container["args"] = [*torchrun_args(job, node_index, attempt), *passthrough, "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
-    container["env"] = user_env + _env(spec, node_index)
+    port, status_port = ports(job, spec)
+    container["env"] = user_env + _env(spec, node_index, status_port)
     local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
     if local_rank_arg:
         # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.
@@ -133,15 +136,15 @@ def _trainer(
     mounts.append({"name": VOLUME_LAUNCHER, "mountPath": contract.LAUNCHER_DIR, "readOnly": True})
     mounts.append({"name": VOLUME_STATE, "mountPath": contract.STATE_DIR})
     container["volumeMounts"] = mounts
-    port = spec.rendezvous.port
-    ports = list(container.get("ports") or [])
-    if not any(p.get("name") == "c10d" or p.get("containerPort") == port for p in ports):
-        ports.append({"name": "c10d", "containerPort": port, "protocol": "TCP"})
-    if not any(p.get("containerPort") == contract.STATUS_PORT for p in ports):
+    # With hostNetwork these become host ports: the scheduler keeps pods that share one apart.
+    declared = list(container.get("ports") or [])
+    if not any(p.get("name") == "c10d" or p.get("containerPort") == port for p in declared):
+        declared.append({"name": "c10d", "containerPort": port, "protocol": "TCP"})
+    if not any(p.get("containerPort") == status_port for p in declared):
         # The launcher's read-only status endpoint, which the operator reads (pod contract).
-        status_port = {"containerPort": contract.STATUS_PORT, "protocol": "TCP"}
-        ports.append({"name": contract.STATUS_PORT_NAME, **status_port})
-    container["ports"] = ports
+        status = {"containerPort": status_port, "protocol": "TCP"}
+        declared.append({"name": contract.STATUS_PORT_NAME, **status})
+    container["ports"] = declared
     # Ready means "rendezvous done, training": the launcher creates the file afterwards.
     container["readinessProbe"] = {
         "exec": {"command": ["cat", READY_FILE]},
@@ -209,6 +212,9 @@ def render_pod(
     pod_spec["subdomain"] = names.service_name(job_name)
     # The operator owns restarts (gang semantics); the kubelet must not restart in place.
     pod_spec["restartPolicy"] = "Never"
+    if host_network(job):
+        # The pods still resolve each other (<job>-0.<job>) through the cluster's DNS.
+        pod_spec.setdefault("dnsPolicy", "ClusterFirstWithHostNet")
     # Training code (the user's image, whatever its packages pull in) has no use for an API
     # token: neither torchrun nor the launcher talks to the API. Without this, the kubelet
     # mounts the token of the pod's ServiceAccount ("default" unless set) into every pod. A

@@ -6,14 +6,14 @@ from typing import Any
 
 from ..api import names
 from .common import child_metadata
-from .sizing import job_spec
+from .ports import rendezvous_port
 
 
 def render_service(job: dict[str, Any]) -> dict[str, Any]:
     """Headless and publishing not-ready addresses: rendezvous must resolve before pods are
     Ready, because a pod becomes Ready only once rendezvous is done."""
     name = job["metadata"]["name"]
-    port = job_spec(job).rendezvous.port
+    port = rendezvous_port(job)
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -73,7 +73,8 @@ def test_every_models_rules_are_in_the_crd() -> None:
 def test_transition_rules_sit_on_the_spec() -> None:
     spec_rules = [r["rule"] for r in _root()["properties"]["spec"]["x-kubernetes-validations"]]
     transitions = [r for r in spec_rules if "oldSelf" in r]
-    assert len(transitions) == 6
+    assert len(transitions) == 7  # nodes, elastic, nprocPerNode, template, rendezvous,
+    # scheduling, runtimeRef
     elsewhere = [r for r in _rules(_root()) if "oldSelf" in r and r not in transitions]
     assert not elsewhere
 

@@ -19,6 +19,7 @@ from kubeflow_examples import example
 from torchrun_operator.api.models import JobSpec
 from torchrun_operator.cli import convert
 from torchrun_operator.cli.main import main
+from torchrun_operator.reconcile.runtimemerge import merge
 
 EXAMPLES = sorted(kubeflow_examples.EXAMPLES)
 # What the images' ENTRYPOINTs run (their Dockerfiles, next to the examples), for the
@@ -507,3 +508,37 @@ def test_cli_refuses_other_input(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
     assert main(["convert", "-f", str(path)]) == 1
     assert "not a kubeflow.org/v1 PyTorchJob" in capsys.readouterr().err
+
+
+def test_cli_converts_onto_a_runtime_keeping_only_what_differs(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--runtime with --runtime-file (no cluster): the job names the runtime, its trainer takes
+    the runtime's trainer's name, and what the runtime gives already is left out."""
+    doc = load("cpu-demo-demo.yaml")
+    whole = convert.convert(doc).job
+    trainer = whole["spec"]["template"]["spec"]["containers"][0]
+    runtime_spec: dict[str, Any] = {
+        "template": {"spec": {"containers": [{"name": "trainer", "image": trainer["image"]}]}}
+    }
+    runtime = {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "ClusterDistributedTrainingRuntime",
+        "metadata": {"name": "cpu"},
+        "spec": runtime_spec,
+    }
+    path = tmp_path / "runtime.yaml"
+    path.write_text(yaml.safe_dump(runtime))
+    argv = ["convert", "-f", str(example("cpu-demo-demo.yaml"))]
+    assert main([*argv, "--runtime", "cpu", "--runtime-file", str(path)]) == 0
+    out, _ = capsys.readouterr()
+    (job,) = list(yaml.safe_load_all(out))
+    assert job["spec"]["runtimeRef"] == {"name": "cpu"}
+    (mine,) = job["spec"]["template"]["spec"]["containers"]
+    assert mine["name"] == "trainer" and "image" not in mine  # the runtime's image
+    assert mine["command"] == trainer["command"] and job["spec"]["nodes"] == 2
+    # Merged onto the runtime, it is the whole conversion again, the trainer renamed.
+    renamed = copy.deepcopy(whole["spec"])
+    renamed["template"]["spec"]["containers"][0]["name"] = "trainer"
+    merged = merge(runtime_spec, job["spec"])
+    assert {k: v for k, v in merged.items() if k != "runtimeRef"} == renamed

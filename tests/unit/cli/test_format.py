@@ -508,3 +508,29 @@ def test_status_says_why_a_gang_waits() -> None:
     assert "Phase:      Waiting" in text
     assert "Gang:       Native, PodGroup b-a0" in text
     assert f"Scheduled=False (Unschedulable): {message}" in text
+
+
+def _summary(text: str) -> dict[str, str]:
+    head = text.split("\n\n")[0].splitlines()
+    return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in head)}
+
+
+def test_status_shows_the_runtime_the_job_resolved_or_waits_for() -> None:
+    job = failed_job()
+    job["spec"] = {"runtimeRef": {"name": "torch-gpu"}}
+    assert _summary(fmt.format_job_status(job, NOW))["Runtime"] == (
+        "ClusterDistributedTrainingRuntime torch-gpu (not resolved yet)"
+    )
+    job["status"]["runtime"] = {
+        "kind": "ClusterDistributedTrainingRuntime",
+        "name": "torch-gpu",
+        "uid": "u",
+        "resourceVersion": "42",
+        "specHash": "0123456789abcdef",
+        "spec": {},
+    }
+    assert _summary(fmt.format_job_status(job, NOW))["Runtime"] == (
+        "ClusterDistributedTrainingRuntime torch-gpu (resourceVersion 42, spec hash "
+        "0123456789abcdef)"
+    )
+    assert "Runtime" not in _summary(fmt.format_job_status(failed_job(), NOW))

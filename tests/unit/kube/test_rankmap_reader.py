@@ -161,7 +161,9 @@ def test_reader_reads_keeps_answers_and_reports_changes() -> None:
     answers = {"10.0.0.2": {"v": 1, "rdzvId": "r", "index": 0, "groupRank": 1, "state": "Training"}}
     changed: list[Any] = []
     clock = [100.0]
-    reader = RankMapReader(changed.append, clock=lambda: clock[0], read=answers.get)
+    reader = RankMapReader(
+        changed.append, clock=lambda: clock[0], read=lambda ip, port: answers.get(ip)
+    )
     reader.start()
     try:
         reader.track(("ns", "j"), [pod("j-0", 0, ready=True), pod("j-1", 1)], attempt=0)
@@ -266,7 +268,7 @@ def test_a_read_that_raises_recursion_error_does_not_stop_the_jobs_reads() -> No
     # reads then stopped for the rest of the attempt.
     calls: dict[str, int] = {}
 
-    def read(ip: str) -> object:
+    def read(ip: str, port: int) -> object:
         calls[ip] = calls.get(ip, 0) + 1
         if ip == "10.0.0.2":
             raise RecursionError("maximum recursion depth exceeded")
@@ -288,7 +290,7 @@ def test_a_refused_answer_is_kept_as_its_reason_said_once_and_forgotten_with_the
     changed: list[Any] = []
     reader = RankMapReader(
         changed.append,
-        read=lambda ip: podinput.parse_answer(deep),
+        read=lambda ip, port: podinput.parse_answer(deep),
         schedule=ReadSchedule(steady=0.01),
     )
     reader.start()
@@ -314,7 +316,7 @@ def test_all_kept_answers_stay_within_the_memory_bound() -> None:
     index = {p["status"]["podIP"]: i for i, p in enumerate(pods)}
     reads: list[str] = []
 
-    def read(ip: str) -> object:
+    def read(ip: str, port: int) -> object:
         head = json.dumps(_bound(index[ip], state="Training", groupRank=index[ip]))[:-1]
         answer = podinput.parse_answer(head.encode() + b',"x":[' + filler + b"]}")
         reads.append(ip)
@@ -341,7 +343,7 @@ def test_a_job_of_unreachable_pods_does_not_starve_another_job() -> None:
     in_flight: list[int] = [0, 0]  # now, most
     lock = threading.Lock()
 
-    def read(ip: str) -> object:
+    def read(ip: str, port: int) -> object:
         if ip.startswith("10.9."):
             with lock:
                 in_flight[0] += 1
@@ -372,7 +374,7 @@ def test_a_job_of_unreachable_pods_does_not_starve_another_job() -> None:
 def test_a_sweep_that_runs_out_of_time_starts_where_it_stopped_next_time() -> None:
     order: list[str] = []
 
-    def read(ip: str) -> object:
+    def read(ip: str, port: int) -> object:
         order.append(ip)
         return _bound(0, state="Training", groupRank=0)
 
@@ -411,6 +413,6 @@ def test_the_benchmark_address_gets_every_read_with_the_pods_ip_as_host(
     _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0}).encode()
     monkeypatch.setenv(rankmap.ENV_ADDRESS_OVERRIDE, f"127.0.0.1:{server.server_address[1]}")
     read = rankmap._default_read()
-    assert read("10.1.2.3") == LiveAnswer("r", 0)
-    assert read("10.1.2.4") == LiveAnswer("r", 0)
+    assert read("10.1.2.3", 29401) == LiveAnswer("r", 0)
+    assert read("10.1.2.4", 29401) == LiveAnswer("r", 0)
     assert hosts == ["10.1.2.3", "10.1.2.4"]

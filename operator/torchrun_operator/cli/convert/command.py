@@ -12,9 +12,11 @@ from typing import Any
 import yaml
 
 from torchrun_operator.api import names
+from torchrun_operator.reconcile.runtimemerge import merge
 
 from .load import MAX_INPUT_BYTES, documents
 from .mapping import convert
+from .onruntime import onto_runtime
 from .result import ConvertError, validate
 
 
@@ -33,9 +35,10 @@ def _name(doc: dict[str, Any]) -> str:
     return f"{kind if isinstance(kind, str) else '?'} {name if isinstance(name, str) else '?'}"
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "convert",
+        parents=[common],
         help="print a Kubeflow PyTorchJob as a DistributedTrainingJob",
         description="Print the DistributedTrainingJob equivalent to a Kubeflow PyTorchJob "
         "(kubeflow.org/v1); what cannot be carried over is listed on stderr "
@@ -50,9 +53,39 @@ def add_parser(sub: Any) -> None:
         "'python /opt/mnist/src/mnist.py'",
     )
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
+    p.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="name the training runtime NAME (docs/runtimes.md) and keep only what differs "
+        "from it; the runtime is read from the cluster unless --runtime-file gives it",
+    )
+    p.add_argument(
+        "--runtime-kind",
+        choices=[names.CLUSTER_RUNTIME_KIND, names.RUNTIME_KIND],
+        default=names.CLUSTER_RUNTIME_KIND,
+        help="the runtime's kind (a DistributedTrainingRuntime is read from -n's namespace)",
+    )
+    p.add_argument("--runtime-file", help="the runtime's YAML, instead of reading the cluster")
 
 
-def run(args: argparse.Namespace) -> int:
+def load_runtime(path: str) -> dict[str, Any]:
+    """A runtime from a file: one ClusterDistributedTrainingRuntime or
+    DistributedTrainingRuntime document."""
+    with open(path) as f:
+        docs = documents(f.read(MAX_INPUT_BYTES + 1))
+    if len(docs) != 1 or docs[0].get("kind") not in (
+        names.CLUSTER_RUNTIME_KIND,
+        names.RUNTIME_KIND,
+    ):
+        raise ConvertError(
+            f"{path}: expected one {names.CLUSTER_RUNTIME_KIND} or {names.RUNTIME_KIND}"
+        )
+    return docs[0]
+
+
+def run(args: argparse.Namespace, runtime: dict[str, Any] | None = None) -> int:
+    """`runtime`: the runtime --runtime names, as read from the cluster (main.py); else
+    --runtime-file's."""
     try:
         if args.filename == "-":
             text = sys.stdin.read(MAX_INPUT_BYTES + 1)  # more is refused: read no further
@@ -66,6 +99,12 @@ def run(args: argparse.Namespace) -> int:
     if not docs:
         _say("error", "no PyTorchJob in the input")
         return 1
+    if getattr(args, "runtime_file", None):
+        try:
+            runtime = load_runtime(args.runtime_file)
+        except (OSError, UnicodeDecodeError, ConvertError) as e:
+            _say("error", str(e))
+            return 1
     try:
         entrypoint = shlex.split(args.entrypoint) if args.entrypoint else None
     except ValueError as e:
@@ -86,11 +125,16 @@ def run(args: argparse.Namespace) -> int:
         for err in result.errors:
             _say("error", f"{what}: {err}")
             status = 1
-        invalid = validate(result.job)
+        job = result.job
+        merged = job
+        if runtime is not None:
+            job = onto_runtime(job, runtime)
+            merged = {**job, "spec": merge(runtime.get("spec") or {}, job["spec"])}
+        invalid = validate(merged)
         if invalid:
             _say("error", f"{what}: the result is not a valid {names.KIND} until edited: {invalid}")
             status = 1
-        jobs.append(result.job)
+        jobs.append(job)
     if not jobs:
         return status
     if args.output == "json":
