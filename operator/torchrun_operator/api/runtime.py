@@ -23,14 +23,12 @@ from .models import (
     ProcsPerNode,
     Rendezvous,
     Resources,
-    Rule,
     Torchrun,
     Volume,
     VolumeMount,
-    _Open,
-    _Wire,
 )
 from .scheduling import Scheduling
+from .wire import Rule, _Open, _Wire
 
 TRAINER = "trainer"
 Arg = Annotated[str, Field(max_length=65536)]
