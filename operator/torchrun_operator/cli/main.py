@@ -77,31 +77,13 @@ class _Kube:
     """The few API calls the CLI makes, with the client imported only when needed."""
 
     def __init__(self, kubeconfig: str | None, context: str | None) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        self.namespace = "default"
-        try:
-            # load_kube_config honours $KUBECONFIG when config_file is None.
-            config.load_kube_config(config_file=kubeconfig, context=context)
-            _contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            if context:
-                active = next(c for c in _contexts if c["name"] == context)
-            self.namespace = (active.get("context") or {}).get("namespace") or "default"
-        except config.ConfigException as kubeconfig_error:
-            if kubeconfig:
-                raise
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                # Not in a pod either: the kubeconfig's problem is the one to report.
-                raise kubeconfig_error from None
-            try:
-                with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-                    self.namespace = f.read().strip() or "default"
-            except OSError:
-                pass
-        self.custom = client.CustomObjectsApi()
-        self.core = client.CoreV1Api()
+        from torchrun_operator.client.connect import connect
+
+        api, self.namespace = connect(kubeconfig, context)
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
 
     def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
         res: dict[str, Any]
