@@ -468,10 +468,15 @@ def _live_by_index(ctx: Ctx, seen: Seen) -> dict[int, Live]:
 
 
 def _progress(ctx: Ctx, seen: Seen) -> None:
-    """status.progress of the current attempt, from its pods' steps."""
+    """status.progress of the current attempt, from its pods' steps; status.lastCheckpoint,
+    of the job, from what its pods reported."""
     st = ctx.status
     before = st.get("progress")
-    found = prog.job_progress(st["ranks"], _live_by_index(ctx, seen), before)
+    live = _live_by_index(ctx, seen)
+    checkpoint = prog.last_checkpoint(live, st.get("lastCheckpoint"), ctx.stamp)
+    if checkpoint is not None:
+        st["lastCheckpoint"] = checkpoint
+    found = prog.job_progress(st["ranks"], live, before)
     if found is None:
         st.pop("progress", None)
     else:

@@ -62,6 +62,28 @@ def job_progress(
     return out
 
 
+def last_checkpoint(
+    live: Mapping[int, Live], before: Mapping[str, Any] | None, stamp: str
+) -> dict[str, Any] | None:
+    """status.lastCheckpoint: the checkpoint of the highest step the running pods reported,
+    if it is newer than the one before (a higher step, or the same step saved elsewhere);
+    kept across attempts, so the next attempt's pods resume from it. `time` is when the
+    operator first saw it (`stamp`, its own clock: a pod's clock may be off)."""
+    old = before if isinstance(before, Mapping) else None
+    reports = [lv.checkpoint for lv in live.values() if lv.checkpoint is not None]
+    if not reports:
+        return dict(old) if old else None
+    best = max(reports, key=lambda c: (c.step, c.at or 0.0))
+    old_step = _int(old.get("step")) if old else None
+    if (
+        old
+        and old_step is not None
+        and (best.step < old_step or (best.step == old_step and best.path == old.get("path")))
+    ):
+        return dict(old)
+    return {"step": best.step, "path": best.path, "time": stamp}
+
+
 @dataclass(frozen=True)
 class Slow:
     index: int
