@@ -149,6 +149,7 @@ class Summary(_SummaryRequired, total=False):
     step: int  # the last step the script wrote to the progress file
     round: int  # the rendezvous round groupRank and ranks are from
     omitted: int  # failures dropped to stay under TERMINATION_LIMIT
+    checkpoint: dict[str, Any]  # the latest checkpoint the script reported: {step, path}
 
 
 # Errors that say "a peer went away or the network failed" rather than "this code raised": a
@@ -360,6 +361,7 @@ def build_summary(
     failures: Sequence[FailureRecord] = (),
     message: str | None = None,
     step: int | None = None,
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> Summary:
     summary: Summary = {
         "v": SUMMARY_VERSION,
@@ -373,6 +375,8 @@ def build_summary(
         summary["message"] = message
     if step is not None:
         summary["step"] = step
+    if checkpoint is not None:
+        summary["checkpoint"] = {"step": checkpoint["step"], "path": checkpoint["path"]}
     return summary
 
 
@@ -723,6 +727,16 @@ def read_progress_text(path: str | None) -> str | None:
     return data.decode("utf-8", errors="replace")
 
 
+def final_checkpoint(path: str | None) -> dict[str, Any] | None:
+    """The latest checkpoint for the final report: the progress file's last line's, else the
+    latest the progress thread saw (a checkpoint saved just before the end, on SIGTERM say, is
+    in the report even when no read of the status endpoint saw it)."""
+    found = parse_progress(read_progress_text(path))
+    if found is not None and found.get("checkpoint") is not None:
+        return dict(found["checkpoint"])
+    return LIVE.checkpoint()
+
+
 def read_step(path: str | None) -> int | None:
     """Last step a training script wrote to the progress file (see parse_progress)."""
     found = parse_progress(read_progress_text(path))
@@ -981,11 +995,11 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
         while True:
             try:
                 LIVE.observe_progress(time.time(), read_progress_text(path), window)
-                checkpoint = LIVE.checkpoint_path()
-                if checkpoint is not None and checkpoint != written[0]:
+                checkpoint = LIVE.checkpoint()
+                if checkpoint is not None and checkpoint["path"] != written[0]:
                     # Workers of an in-pod restart resume from it (worker_code).
-                    _write_atomic(resume, checkpoint)
-                    written[0] = checkpoint
+                    _write_atomic(resume, checkpoint["path"])
+                    written[0] = checkpoint["path"]
                 if monitor is not None and monitor.poll(time.monotonic()) == "resume":
                     LIVE.set_stall(None)
             except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
@@ -1092,10 +1106,11 @@ class LiveState:
                 self.meter = ProgressMeter(window)
             self.meter.observe(now, text)
 
-    def checkpoint_path(self) -> str | None:
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The latest checkpoint the script reported, {step, path, at}."""
         with self._lock:
             found = self.meter.checkpoint if self.meter else None
-            return str(found["path"]) if found else None
+            return dict(found) if found else None
 
     def set_stall(self, stall: dict[str, Any] | None) -> None:
         with self._lock:
@@ -1893,6 +1908,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             failures=failures,
             message=message,
             step=read_step(step_file),
+            checkpoint=final_checkpoint(step_file),
         )
     )
     return code

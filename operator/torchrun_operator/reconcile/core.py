@@ -473,7 +473,8 @@ def _progress(ctx: Ctx, seen: Seen) -> None:
     st = ctx.status
     before = st.get("progress")
     live = _live_by_index(ctx, seen)
-    checkpoint = prog.last_checkpoint(live, st.get("lastCheckpoint"), ctx.stamp)
+    reports = prog.checkpoints(live, [p.report for p in seen.current.values()])
+    checkpoint = prog.last_checkpoint(reports, st.get("lastCheckpoint"), ctx.stamp)
     if checkpoint is not None:
         st["lastCheckpoint"] = checkpoint
     found = prog.job_progress(st["ranks"], live, before)

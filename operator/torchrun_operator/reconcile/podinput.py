@@ -337,8 +337,9 @@ def _live(data: Mapping[str, Any]) -> LiveAnswer:
 
 
 def _checkpoint(data: Mapping[str, Any]) -> CheckpointReport | None:
-    """progress.checkpoint: a step and a path, both required once there is one; a path over
-    its cap or with NUL or line breaks refuses the answer (our launcher never sends one)."""
+    """progress.checkpoint (a status answer) or checkpoint (a report): a step and a path,
+    both required once there is one; a path over its cap or with NUL or line breaks refuses
+    the answer or report (our launcher never sends one)."""
     if not data:
         return None
     where = "progress.checkpoint."
@@ -403,6 +404,9 @@ def _report(data: Mapping[str, Any]) -> contract.Summary:
         "round": _int_in(data, "round", 0, MAX_COUNT, ""),
         "omitted": _int_in(data, "omitted", 0, MAX_COUNT, ""),
     }
+    checkpoint = _checkpoint(_map(data, "checkpoint"))
+    if checkpoint is not None:
+        out["checkpoint"] = {"step": checkpoint.step, "path": checkpoint.path}
     out.update({k: v for k, v in optional.items() if v is not None})
     return cast(contract.Summary, out)
 

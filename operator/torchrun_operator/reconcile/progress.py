@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.timefmt import fmt, seconds
 from .observe import Live
-from .podinput import MAX_COUNT
+from .podinput import MAX_COUNT, CheckpointReport
 
 
 def _int(value: object) -> int | None:
@@ -62,15 +62,27 @@ def job_progress(
     return out
 
 
+def checkpoints(
+    live: Mapping[int, Live], reports: Sequence[Mapping[str, Any] | None]
+) -> list[CheckpointReport]:
+    """What the pods reported: running pods at their status endpoint, ended pods in their
+    final report (both validated by podinput)."""
+    out = [lv.checkpoint for lv in live.values() if lv.checkpoint is not None]
+    for report in reports:
+        found = (report or {}).get("checkpoint")
+        if isinstance(found, Mapping) and _int(found.get("step")) is not None:
+            out.append(CheckpointReport(int(found["step"]), str(found.get("path"))))
+    return out
+
+
 def last_checkpoint(
-    live: Mapping[int, Live], before: Mapping[str, Any] | None, stamp: str
+    reports: Sequence[CheckpointReport], before: Mapping[str, Any] | None, stamp: str
 ) -> dict[str, Any] | None:
-    """status.lastCheckpoint: the checkpoint of the highest step the running pods reported,
-    if it is newer than the one before (a higher step, or the same step saved elsewhere);
-    kept across attempts, so the next attempt's pods resume from it. `time` is when the
-    operator first saw it (`stamp`, its own clock: a pod's clock may be off)."""
+    """status.lastCheckpoint: the reported checkpoint of the highest step, if it is newer than
+    the one before (a higher step, or the same step saved elsewhere); kept across attempts, so
+    the next attempt's pods resume from it. `time` is when the operator first saw it
+    (`stamp`, its own clock: a pod's clock may be off)."""
     old = before if isinstance(before, Mapping) else None
-    reports = [lv.checkpoint for lv in live.values() if lv.checkpoint is not None]
     if not reports:
         return dict(old) if old else None
     best = max(reports, key=lambda c: (c.step, c.at or 0.0))

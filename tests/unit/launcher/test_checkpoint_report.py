@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from torchrun_operator.launcher import launcher as L
+from torchrun_operator.reconcile import podinput
 
 
 def line(**fields: object) -> str:
@@ -78,3 +79,15 @@ def test_a_restarted_worker_resumes_from_what_the_launcher_saw(
     finally:
         os.environ.pop(L.ENV_RESUME_FROM, None)
     assert scope["RESUME"] == "/c/20"
+
+
+def test_the_final_report_carries_the_latest_checkpoint(tmp_path: Path) -> None:
+    progress = tmp_path / "progress"
+    progress.write_text(line(step=40, checkpoint={"step": 40, "path": "/c/40"}))
+    summary = L.build_summary(L.SUCCEEDED, step=40, checkpoint=L.final_checkpoint(str(progress)))
+    assert summary["checkpoint"] == {"step": 40, "path": "/c/40"}
+    # the operator reads it back from the termination message
+    report = podinput.parse_report(L.encode_summary(summary).decode())
+    assert isinstance(report, dict) and report["checkpoint"] == {"step": 40, "path": "/c/40"}
+    bad = dict(summary, checkpoint={"step": 40, "path": "x" * 2000})
+    assert isinstance(podinput.parse_report(json.dumps(bad)), podinput.Rejected)
