@@ -16,6 +16,7 @@ from typing import Any
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.cli import convert
 from torchrun_operator.cli import format as fmt
+from torchrun_operator.cli import run as run_cmd
 
 
 def _common_options(default: Any) -> argparse.ArgumentParser:
@@ -53,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("job")
     p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-w", "--watch", action="store_true", help="redraw on every change until the job ends"
+    )
 
     p = sub.add_parser("logs", parents=[common], help="logs of the pod that runs a rank")
     p.add_argument("job")
@@ -69,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--container", help="container (default: the pod's only one)")
     p.add_argument("--tail", type=int, help="lines from the end to show")
 
+    run_cmd.add_parser(sub, common)
     convert.add_parser(sub)
     return parser
 
@@ -82,6 +87,7 @@ class _Kube:
         from torchrun_operator.client.connect import connect
 
         api, self.namespace = connect(kubeconfig, context)
+        self.api = api
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
 
@@ -160,10 +166,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 
+    from torchrun_operator.client import Client, ClientError
+
     try:
         kube = _Kube(args.kubeconfig, args.context)
+        namespace = args.namespace or kube.namespace
+        if args.command == "run":
+            return run_cmd.run(args, Client(kube.api, namespace=namespace), namespace)
+        if args.command == "status" and args.watch:
+            sdk = Client(kube.api, namespace=namespace)
+            return run_cmd.watch_status(sdk, args.job, namespace, sys.stdout)
         text = run(args, kube, datetime.now(UTC))
-    except fmt.FormatError as e:
+    except (fmt.FormatError, run_cmd.RunError, ClientError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except ConfigException as e:
