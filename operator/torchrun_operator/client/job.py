@@ -6,15 +6,20 @@ is typed as the operator writes it; `raw` keeps the object as the apiserver retu
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from ..api.models import JobSpec, JobStatus, RankStatus
 from ..api.names import API_VERSION, KIND
 from ..api.ranks import parse_ranks
 from ..api.status_names import FINISHED, Phase
 from .errors import RankNotFound
+
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -37,8 +42,8 @@ class Job:
             namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
-            spec=JobSpec.model_validate(obj.get("spec") or {}),
-            status=JobStatus.model_validate(obj.get("status") or {}),
+            spec=lenient(JobSpec, obj.get("spec") or {}),
+            status=lenient(JobStatus, obj.get("status") or {}),
             raw=obj,
         )
 
@@ -49,6 +54,31 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.phase in FINISHED
+
+
+def lenient(model: type[M], data: Mapping[str, Any]) -> M:
+    """`data` as `model`, leaving out fields this version of the models does not know: an
+    operator newer than the SDK may write more (the models refuse unknown fields, as the
+    reconciler must)."""
+    doc: Any = copy.deepcopy(dict(data))
+    for _ in range(64):  # each round drops every unknown field pydantic reported
+        try:
+            return model.model_validate(doc)
+        except ValidationError as e:
+            unknown = [err["loc"] for err in e.errors() if err["type"] == "extra_forbidden"]
+            if not unknown:
+                raise
+            for loc in unknown:
+                _drop(doc, loc)
+    return model.model_validate(doc)
+
+
+def _drop(doc: Any, loc: tuple[int | str, ...]) -> None:
+    *parents, leaf = loc
+    node = doc
+    for key in parents:
+        node = node[key]
+    del node[leaf]
 
 
 def job_object(

@@ -247,3 +247,12 @@ def test_client_without_an_api_client_reads_the_kubeconfig(tmp_path: Any, monkey
     assert Client(namespace="other").namespace == "other"
     # the kubernetes package's global configuration is left alone
     assert client.Configuration.get_default_copy().host != "https://k.test:6443"
+
+
+def test_fields_of_a_newer_operator_are_left_out_not_refused() -> None:
+    newer = obj("Failed", failure={"rank": 1, "stackDump": "..."}, futureField={"x": 1})
+    newer["spec"]["runtimeRef"] = {"name": "torch-2.16"}
+    job = sdk(FakeTransport(answers=[(200, newer)])).get("train")
+    assert job.phase == "Failed" and job.status.failure is not None
+    assert job.status.failure.rank == 1
+    assert job.raw["status"]["futureField"] == {"x": 1}  # still there, untyped
