@@ -65,6 +65,11 @@ class Terminal:
         self.tmux("set-option", "-g", "history-limit", "5000")
         self.type("PS1='$ '; clear")
 
+    def window(self, name: str) -> None:
+        """Another window, a shell as the first one (not a login shell: its PATH stays)."""
+        self.tmux("new-window", "-t", f"t:{name}", "bash --norc --noprofile")
+        self.type("PS1='$ '; clear", window=name)
+
     def tmux(self, *args: str) -> str:
         out = subprocess.run(
             ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
@@ -203,8 +208,7 @@ def test_status_watch_redraws_in_place_and_ctrl_c_asks_before_deleting(
     term.wait_for(r"Running 2/2 pods ready \| step \d+/1000", 120)
 
     # A second window: the status, redrawn in place as the steps go by.
-    term.tmux("new-window", "-t", "t:1")
-    term.type("PS1='$ '; clear", window="1")
+    term.window("1")
     term.type("kubectl dtj status run-long --watch", window="1")
     first = term.wait_for(r"^Progress:\s+step (\d+)/1000", 60, window="1")
     later = term.wait_for(rf"^Progress:\s+step (?!{first.group(1)}/)(\d+)/1000", 60, window="1")
