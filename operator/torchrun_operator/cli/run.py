@@ -265,7 +265,7 @@ def run(args: argparse.Namespace, sdk: Client, namespace: str) -> int:
     from kubernetes import client
 
     core = client.CoreV1Api(sdk.api_client)
-    core.create_namespaced_config_map(namespace, configmap)
+    core.create_namespaced_config_map(namespace, configmap)  # type: ignore[arg-type]
     try:
         job = sdk.submit(doc, namespace=namespace)
     except BaseException:

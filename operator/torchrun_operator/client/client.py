@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from ..api.models import JobSpec, JobStatus
+from ..api.models import JobSpec, JobStatus, RankStatus
 from ..api.names import GROUP, PLURAL, VERSION
 from ..api.status_names import Phase
 from .connect import connect
@@ -220,16 +220,7 @@ class Client:
         except RankNotFound:
             if not follow:
                 raise
-            entry = None
-            for job in self.watch(name, namespace=ns, timeout=timeout):
-                try:
-                    entry = rank_holder(job, rank)
-                    break
-                except RankNotFound:
-                    if job.finished:
-                        raise
-            if entry is None:
-                raise
+            job, entry = self._await_holder(name, ns, rank, timeout)
         if not entry.pod:
             raise RankNotFound(f"job {name}: rank {rank}'s pod is not created yet")
         kwargs: dict[str, Any] = {
@@ -253,6 +244,21 @@ class Client:
                 yield line.decode(errors="replace")
         finally:
             resp.release_conn()
+
+    def _await_holder(
+        self, name: str, ns: str, rank: int, timeout: float | None
+    ) -> tuple[Job, RankStatus]:
+        """The job and the entry of the pod holding `rank`, once a rendezvous assigned it;
+        RankNotFound when the job finished (or the wait ended) without one."""
+        last: RankNotFound | None = None
+        for job in self.watch(name, namespace=ns, timeout=timeout):
+            try:
+                return job, rank_holder(job, rank)
+            except RankNotFound as e:
+                last = e
+                if job.finished:
+                    break
+        raise last or RankNotFound(f"job {name}: no pod holds rank {rank}")
 
 
 def _lines(resp: Any) -> Iterator[bytes]:
