@@ -649,7 +649,8 @@ class JobSpec(_Wire):
     (docs/scheduling.md)."""
     checkpoint: Checkpoint | None = None
     """Shared checkpoint storage and the resume contract (docs/progress.md, "Checkpoints").
-    Unset: none."""
+    Unset: none. Changed while pods run, it starts the next attempt (restart reason
+    SpecChanged), as the template does."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -904,9 +905,10 @@ class JobStatus(_Wire):
     """The gang attempt, from 0; each gang restart or resume starts the next."""
     attempt_spec_hash: str | None = None
     """A hash of the spec fields the current attempt's pods are rendered from (the template,
-    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun and scheduling), recorded
-    when the attempt starts. A spec that hashes otherwise while the attempt's pods run starts
-    the next attempt (restart reason SpecChanged): no attempt mixes pods of two specs."""
+    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun, scheduling and
+    checkpoint), recorded when the attempt starts. A spec that hashes otherwise while the
+    attempt's pods run starts the next attempt (restart reason SpecChanged): no attempt mixes
+    pods of two specs."""
     world_size: int | None = None
     """Ranks when all spec.nodes pods take part: nodes times processes per pod."""
     nodes: NodeCounts | None = None
