@@ -490,15 +490,6 @@ class Monitoring(_Wire):
     whose step time stays above factor times the median. Unset: no such condition."""
 
 
-class NetworkPolicy(_Wire):
-    """The per-job NetworkPolicy that admits the job's pods only from the job's own pods (and
-    the launcher's status port from the operator)."""
-
-    enabled: bool | None = None
-    """Render a NetworkPolicy for this job. Unset: the operator's default (--network-policy, on
-    unless the chart turns it off)."""
-
-
 # A checkpoint path a script reports is shown in the status and handed to the next attempt's
 # pods in an environment variable: bounded like any path (docs/progress.md, "Checkpoints").
 MAX_CHECKPOINT_PATH = 1024
@@ -539,6 +530,15 @@ class Checkpoint(_Wire):
         if _reserved_path(self.mount_path):
             raise ValueError(_CHECKPOINT_MOUNT_RESERVED.message)
         return self
+
+
+class NetworkPolicy(_Wire):
+    """The per-job NetworkPolicy that admits the job's pods only from the job's own pods (and
+    the launcher's status port from the operator)."""
+
+    enabled: bool | None = None
+    """Render a NetworkPolicy for this job. Unset: the operator's default (--network-policy, on
+    unless the chart turns it off)."""
 
 
 # spec.scheduling lives in its own module, which builds on the base classes above.
