@@ -54,9 +54,10 @@ def report(step, total):
 
 
 class Terminal:
-    """A shell in a tmux session of its own (its own server socket)."""
+    """A shell in a tmux session of its own (its own server, its socket in the test's
+    temporary directory)."""
 
-    def __init__(self, socket: str, env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, socket: Path, env: dict[str, str], cwd: Path) -> None:
         self.socket, self.env = socket, env
         self.tmux(
             "new-session", "-d", "-s", "t", "-x", "200", "-y", "50", "-c", str(cwd),
@@ -72,7 +73,7 @@ class Terminal:
 
     def tmux(self, *args: str) -> str:
         out = subprocess.run(
-            ["tmux", "-L", self.socket, "-f", "/dev/null", *args],
+            ["tmux", "-S", str(self.socket), "-f", "/dev/null", *args],
             env=self.env,
             capture_output=True,
             text=True,
@@ -113,7 +114,7 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(
-            ["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True
+            ["tmux", "-S", str(self.socket), "kill-server"], env=self.env, capture_output=True
         )
 
 
@@ -149,7 +150,7 @@ def term(cluster: Any, namespace: str, tmp_path: Path) -> Iterator[Terminal]:
     (work / "proj" / "helper.py").write_text(HELPER)
     # A single script: its helper inlined.
     (work / "single.py").write_text(SCRIPT.replace("from helper import report\n", HELPER))
-    t = Terminal(f"dtj-{os.getpid()}-{namespace}"[:60], env, work)
+    t = Terminal(tmp_path / "tmux.sock", env, work)
     try:
         yield t
     finally:
