@@ -164,6 +164,24 @@ EXAMPLES = [
         ),
     ),
     Example(
+        file="checkpoint.yaml",
+        name="checkpoint",
+        script="train_checkpoint.py",
+        about="Checkpoint contract: save to spec.checkpoint, report it, resume after restarts.",
+        policies=_policies("2", join_timeout=300, max_restarts=3, backoff=5, ttl=3600)
+        + """\
+  # The same storage at /checkpoints in every pod of every attempt: rank 0 (in any pod)
+  # saves, every pod resumes. A ReadWriteMany claim; see docs/progress.md, "Checkpoints".
+  checkpoint:
+    claimName: checkpoint-ckpt
+    mountPath: /checkpoints
+""",
+        trainer="""\
+        args: [--steps, "200", --save-every, "20", --step-sleep, "0.1"]
+"""
+        + CPU_RESOURCES,
+    ),
+    Example(
         file="progress.yaml",
         name="progress",
         script="train_progress.py",

@@ -4,6 +4,7 @@ its ConfigMap; a script imports it from its own directory."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import torch
@@ -24,12 +25,16 @@ def init() -> tuple[torch.device, str, int]:
     return device, backend, local_rank
 
 
-def write_progress(step: int) -> None:
-    """The step counter, to $TORCHRUN_OPERATOR_PROGRESS_FILE when the operator set it."""
+def write_progress(step: int, checkpoint: dict[str, object] | None = None) -> None:
+    """The step counter, to $TORCHRUN_OPERATOR_PROGRESS_FILE when the operator set it; with
+    the latest checkpoint saved ({"step": n, "path": p}), as JSON. Pass the checkpoint with
+    every step after it: the launcher reads the file about once a second and might miss a
+    line that the next step replaces sooner."""
     path = os.environ.get("TORCHRUN_OPERATOR_PROGRESS_FILE")
     if not path:
         return
+    line = json.dumps({"step": step, "checkpoint": checkpoint}) if checkpoint else str(step)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fp:
-        fp.write(f"{step}\n")
+        fp.write(f"{line}\n")
     os.replace(tmp, path)  # readers never see a half-written number

@@ -117,15 +117,22 @@ def _source_data(
     return object_data(kind, obj)
 
 
-def object_data(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
-    """The string data of a ConfigMap or Secret (Secrets arrive base64 encoded)."""
+def object_bytes(kind: str, obj: Mapping[str, Any]) -> dict[str, bytes]:
+    """The data of a ConfigMap or Secret as bytes, as a volume holds them: a Secret's and a
+    ConfigMap's binaryData arrive base64 encoded and need not be text (a gzip, a keystore)."""
     if kind == "Secret":
-        data = {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
-        data.update(obj.get("stringData") or {})
+        data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        data.update({k: str(v).encode() for k, v in (obj.get("stringData") or {}).items()})
         return data
-    data = dict(obj.get("data") or {})
-    data.update({k: base64.b64decode(v).decode() for k, v in (obj.get("binaryData") or {}).items()})
+    data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+    data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
     return data
+
+
+def object_data(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
+    """The string data of a ConfigMap or Secret, for environment variables (a value that is
+    not UTF-8 is decoded with replacement characters)."""
+    return {k: v.decode(errors="replace") for k, v in object_bytes(kind, obj).items()}
 
 
 def _key_ref(lookup: Lookup, kind: str, namespace: str, ref: Mapping[str, Any]) -> str | None:

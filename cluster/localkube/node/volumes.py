@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .env import ConfigError, Lookup, PodFacts, field_value, object_data, resource_value
+from .env import ConfigError, Lookup, PodFacts, field_value, object_bytes, resource_value
 
 # (serviceAccountName, audience or None, expirationSeconds) -> token
 TokenFn = Callable[[str, str | None, int], str]
@@ -17,19 +17,19 @@ Files = dict[str, tuple[bytes, int]]  # relative path -> (content, mode)
 
 
 def _items(
-    kind: str, data: Mapping[str, str], src: Mapping[str, Any], default_mode: int, name: str
+    kind: str, data: Mapping[str, bytes], src: Mapping[str, Any], default_mode: int, name: str
 ) -> Files:
     optional = bool(src.get("optional"))
     out: Files = {}
     items = src.get("items")
     if items is None:
-        return {k: (v.encode(), default_mode) for k, v in data.items()}
+        return {k: (v, default_mode) for k, v in data.items()}
     for it in items:
         if it["key"] not in data:
             if optional:
                 continue
             raise ConfigError(f'configmap/secret "{name}": key {it["key"]!r} not found')
-        out[it["path"]] = (data[it["key"]].encode(), int(it.get("mode", default_mode)))
+        out[it["path"]] = (data[it["key"]], int(it.get("mode", default_mode)))
     return out
 
 
@@ -43,7 +43,7 @@ def _keyed(
         if src.get("optional"):
             return {}
         raise ConfigError(f'{kind.lower()} "{name}" not found')
-    return _items(kind, object_data(kind, obj), src, default_mode, name)
+    return _items(kind, object_bytes(kind, obj), src, default_mode, name)
 
 
 def _downward(

@@ -450,6 +450,48 @@ class Monitoring(_Wire):
     whose step time stays above factor times the median. Unset: no such condition."""
 
 
+# A checkpoint path a script reports is shown in the status and handed to the next attempt's
+# pods in an environment variable: bounded like any path (docs/progress.md, "Checkpoints").
+MAX_CHECKPOINT_PATH = 1024
+
+_CHECKPOINT_ONE_SOURCE = Rule(
+    "has(self.claimName) != has(self.volume)",
+    "checkpoint: give exactly one of claimName (a PersistentVolumeClaim) or volume (a volume "
+    "source, as in a Pod: nfs, hostPath, csi, ...)",
+)
+_CHECKPOINT_MOUNT_RESERVED = Rule(
+    f"!{_RESERVED_PATHS_CEL}.exists(p, self.mountPath == p || self.mountPath.startsWith(p + '/'))",
+    "checkpoint.mountPath may not be at or under "
+    f"{', '.join(RESERVED_MOUNT_PATHS)}: the operator puts its launcher, its state and the "
+    "termination message there",
+    ".mountPath",
+)
+
+
+class Checkpoint(_Wire):
+    """Storage for checkpoints, mounted at the same path in every pod of every attempt
+    (docs/progress.md, "Checkpoints"). The trainer gets TORCHRUN_OPERATOR_CHECKPOINT_DIR (the
+    mount path) and, once a script reported a checkpoint, TORCHRUN_OPERATOR_RESUME_FROM."""
+
+    RULES = (_CHECKPOINT_ONE_SOURCE, _CHECKPOINT_MOUNT_RESERVED)
+
+    claim_name: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """A PersistentVolumeClaim every pod mounts (ReadWriteMany for pods on several nodes)."""
+    volume: dict[str, Any] | None = None
+    """Or a volume source, as in a Pod's volumes without the name (e.g. {nfs: {server: s,
+    path: /ckpt}}); it must be the same storage on every node."""
+    mount_path: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)] = "/checkpoints"
+    """Where the trainer sees it: TORCHRUN_OPERATOR_CHECKPOINT_DIR."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Checkpoint:
+        if (self.claim_name is None) == (self.volume is None):
+            raise ValueError(_CHECKPOINT_ONE_SOURCE.message)
+        if _reserved_path(self.mount_path):
+            raise ValueError(_CHECKPOINT_MOUNT_RESERVED.message)
+        return self
+
+
 class NetworkPolicy(_Wire):
     """The per-job NetworkPolicy that admits the job's pods only from the job's own pods (and
     the launcher's status port from the operator)."""
@@ -610,6 +652,10 @@ class JobSpec(_Wire):
     scheduling; the job gives what differs (docs/runtimes.md). Then template, and the image
     and command of its containers, may be left out. It cannot change, and editing the runtime
     later changes nothing in the job (status.runtime records what it resolved to)."""
+    checkpoint: Checkpoint | None = None
+    """Shared checkpoint storage and the resume contract (docs/progress.md, "Checkpoints").
+    Unset: none. Changed while pods run, it starts the next attempt (restart reason
+    SpecChanged), as the template does."""
 
     @model_validator(mode="after")
     def _check(self) -> JobSpec:
@@ -810,6 +856,18 @@ class RestartRecord(_Wire):
     two attempts that failed alike have equal signatures (failurePolicy.crashLoopDetection)."""
 
 
+class LastCheckpoint(_Wire):
+    """The latest checkpoint a pod's script reported through its progress file."""
+
+    step: int
+    """The training step the checkpoint holds."""
+    path: str
+    """Where the script saved it (as the script wrote it, at most 1024 characters); the next
+    attempt's pods get it in TORCHRUN_OPERATOR_RESUME_FROM."""
+    time: str | None = None
+    """When the operator first saw it (RFC 3339)."""
+
+
 class JobProgress(_Wire):
     """The job's training progress, from its pods' progress files (docs/progress.md)."""
 
@@ -872,9 +930,10 @@ class JobStatus(_Wire):
     """The gang attempt, from 0; each gang restart or resume starts the next."""
     attempt_spec_hash: str | None = None
     """A hash of the spec fields the current attempt's pods are rendered from (the template,
-    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun and scheduling), recorded
-    when the attempt starts. A spec that hashes otherwise while the attempt's pods run starts
-    the next attempt (restart reason SpecChanged): no attempt mixes pods of two specs."""
+    nodes or the elastic bounds, nprocPerNode, rendezvous, torchrun, scheduling and
+    checkpoint), recorded when the attempt starts. A spec that hashes otherwise while the
+    attempt's pods run starts the next attempt (restart reason SpecChanged): no attempt mixes
+    pods of two specs."""
     world_size: int | None = None
     """Ranks when all spec.nodes pods take part: nodes times processes per pod."""
     nodes: NodeCounts | None = None
@@ -899,3 +958,6 @@ class JobStatus(_Wire):
     """The current attempt's gang objects (spec.scheduling.gang); absent without a gang."""
     runtime: RuntimeStatus | None = None
     """The runtime spec.runtimeRef resolved to, recorded once when the job started."""
+    last_checkpoint: LastCheckpoint | None = None
+    """The latest checkpoint the job's pods reported (the highest step), kept across attempts:
+    every restart, replacement and resume starts from it (docs/progress.md)."""

@@ -32,6 +32,7 @@ __all__ = [
     "log_fetch_error",
     "human_duration",
     "parse_rank_ranges",
+    "progress_line",
     "render_table",
 ]
 
@@ -169,7 +170,8 @@ def _ago(value: object, now: datetime) -> str | None:
     return None if t is None else human_duration(int((now - t).total_seconds()))
 
 
-def _progress_line(progress: Obj, now: datetime) -> str | None:
+def progress_line(progress: Obj, now: datetime) -> str | None:
+    """status.progress in one line: step/total, steps/s, ETA; None without a step."""
     step = progress.get("step")
     if step is None:
         return None
@@ -253,7 +255,7 @@ def format_job_status(job: Obj, now: datetime) -> str:
     if isinstance(gang, Mapping) and gang.get("gang"):
         summary.append(("Gang", f"{gang['gang']}, PodGroup {gang.get('podGroup')}"))
     progress = status.get("progress")
-    line = _progress_line(progress, now) if isinstance(progress, Mapping) else None
+    line = progress_line(progress, now) if isinstance(progress, Mapping) else None
     if line:
         summary.append(("Progress", line))
     width = max(len(k) for k, _ in summary) + 1

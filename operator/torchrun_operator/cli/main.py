@@ -17,6 +17,7 @@ from torchrun_operator.api import names
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.cli import convert
 from torchrun_operator.cli import format as fmt
+from torchrun_operator.cli import run as run_cmd
 
 
 def _common_options(default: Any) -> argparse.ArgumentParser:
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("job")
     p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-w", "--watch", action="store_true", help="redraw on every change until the job ends"
+    )
 
     p = sub.add_parser("logs", parents=[common], help="logs of the pod that runs a rank")
     p.add_argument("job")
@@ -70,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--container", help="container (default: the pod's only one)")
     p.add_argument("--tail", type=int, help="lines from the end to show")
 
+    run_cmd.add_parser(sub, common)
     convert.add_parser(sub, common)
     return parser
 
@@ -78,31 +83,14 @@ class _Kube:
     """The few API calls the CLI makes, with the client imported only when needed."""
 
     def __init__(self, kubeconfig: str | None, context: str | None) -> None:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        self.namespace = "default"
-        try:
-            # load_kube_config honours $KUBECONFIG when config_file is None.
-            config.load_kube_config(config_file=kubeconfig, context=context)
-            _contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            if context:
-                active = next(c for c in _contexts if c["name"] == context)
-            self.namespace = (active.get("context") or {}).get("namespace") or "default"
-        except config.ConfigException as kubeconfig_error:
-            if kubeconfig:
-                raise
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                # Not in a pod either: the kubeconfig's problem is the one to report.
-                raise kubeconfig_error from None
-            try:
-                with open("/var/run/secrets/kubernetes.io/serviceaccount/namespace") as f:
-                    self.namespace = f.read().strip() or "default"
-            except OSError:
-                pass
-        self.custom = client.CustomObjectsApi()
-        self.core = client.CoreV1Api()
+        from torchrun_operator.client.connect import connect
+
+        api, self.namespace = connect(kubeconfig, context)
+        self.api = api
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
 
     def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
         res: dict[str, Any]
@@ -192,12 +180,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
 
+    from torchrun_operator.client import Client, ClientError
+
     try:
         kube = _Kube(args.kubeconfig, args.context)
         if args.command == "convert":  # --runtime NAME: read the runtime, then convert
             return convert.run(args, kube.get_runtime(args))
+        namespace = args.namespace or kube.namespace
+        if args.command == "run":
+            return run_cmd.run(args, Client(kube.api, namespace=namespace), namespace)
+        if args.command == "status" and args.watch:
+            sdk = Client(kube.api, namespace=namespace)
+            return run_cmd.watch_status(sdk, args.job, namespace, sys.stdout)
         text = run(args, kube, datetime.now(UTC))
-    except fmt.FormatError as e:
+    except (fmt.FormatError, run_cmd.RunError, ClientError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except ConfigException as e:

@@ -58,6 +58,7 @@ LAUNCHER_FILE = "launcher.py"
 STATE_DIR = "/var/run/torchrun"
 READY_FILE = "ready"  # exists while the node trains: the readiness probe cats it
 STALLED_FILE = "stalled"  # the progress watch's marker while readiness is withdrawn
+RESUME_FILE = "resume-from"  # the latest checkpoint path the script reported, for restarts
 PROGRESS_FILE = "progress"  # where the renderer points the training script's step counter
 # The termination message: the report below, compact JSON of at most TERMINATION_LIMIT bytes.
 TERMINATION_LOG = "/dev/termination-log"
@@ -80,6 +81,11 @@ ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"  # the index's deprecated name
 ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
 ENV_STATUS_PORT = "TORCHRUN_OPERATOR_STATUS_PORT"
 ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
+# spec.checkpoint (docs/progress.md, "Checkpoints"): the mounted storage, and the latest
+# checkpoint a script reported (the operator renders it from status.lastCheckpoint; the
+# launcher passes a newer one it saw itself to the workers of an in-pod restart).
+ENV_CHECKPOINT_DIR = "TORCHRUN_OPERATOR_CHECKPOINT_DIR"
+ENV_RESUME_FROM = "TORCHRUN_OPERATOR_RESUME_FROM"
 
 # States of the report (the termination message).
 SUCCEEDED = "Succeeded"
@@ -143,6 +149,7 @@ class Summary(_SummaryRequired, total=False):
     step: int  # the last step the script wrote to the progress file
     round: int  # the rendezvous round groupRank and ranks are from
     omitted: int  # failures dropped to stay under TERMINATION_LIMIT
+    checkpoint: dict[str, Any]  # the latest checkpoint the script reported: {step, path}
 
 
 # Errors that say "a peer went away or the network failed" rather than "this code raised": a
@@ -354,6 +361,7 @@ def build_summary(
     failures: Sequence[FailureRecord] = (),
     message: str | None = None,
     step: int | None = None,
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> Summary:
     summary: Summary = {
         "v": SUMMARY_VERSION,
@@ -367,6 +375,8 @@ def build_summary(
         summary["message"] = message
     if step is not None:
         summary["step"] = step
+    if checkpoint is not None:
+        summary["checkpoint"] = {"step": checkpoint["step"], "path": checkpoint["path"]}
     return summary
 
 
@@ -597,6 +607,7 @@ def endpoint_host(flags: Sequence[str], env: Mapping[str, str]) -> str | None:
 PROGRESS_READ_LIMIT = 4096
 MAX_STEP = 2**53  # step and total: integers 0..2**53 (exact as JSON numbers everywhere)
 MAX_STEP_TIME = 1e6  # stepTime: seconds, 0..10**6 (sums of them stay finite)
+MAX_CHECKPOINT_PATH = 1024  # checkpoint.path: characters (longer: the report is ignored)
 _MAX_JSON_NESTING = 16
 _DIGITS = re.compile(r"[0-9]{1,32}", re.ASCII)
 _progress_warned: set[str] = set()
@@ -631,12 +642,26 @@ def _ignore_progress(text: str, why: str) -> None:
         log("ignoring progress file content (logged once)", why=why, content=repr(text[:80]))
 
 
+def _checkpoint(value: Any) -> dict[str, Any] | None:
+    """A checkpoint report {"step": n, "path": "..."}: step 0..MAX_STEP, a path of 1 to
+    MAX_CHECKPOINT_PATH characters without NUL or line breaks; anything else is None."""
+    if not isinstance(value, dict):
+        return None
+    step, path = _progress_int(value.get("step")), value.get("path")
+    if step is None or not isinstance(path, str) or not 0 < len(path) <= MAX_CHECKPOINT_PATH:
+        return None
+    if any(c in path for c in "\0\n\r"):
+        return None
+    return {"step": step, "path": path}
+
+
 def parse_progress(text: str | None) -> dict[str, Any] | None:
     """What a training script wrote to the progress file (docs/progress.md): its last line
-    "<step>" or "<step> <total>", or JSON {"step": n, "total": m, "stepTime": s} (total and
-    stepTime optional: the declared number of steps, and the seconds this rank spent on its
-    own work in the last step). None when there is no valid step in it; a total or stepTime
-    out of range is dropped. Never raises."""
+    "<step>" or "<step> <total>", or JSON {"step": n, "total": m, "stepTime": s, "checkpoint":
+    {"step": c, "path": p}} (total, stepTime and checkpoint optional: the declared number of
+    steps, the seconds this rank spent on its own work in the last step, a checkpoint just
+    saved; without "step", a checkpoint's step is the step). None when there is no valid step
+    in it; a total, stepTime or checkpoint out of range is dropped. Never raises."""
     text = (text or "").strip()
     if not text:
         return None
@@ -647,7 +672,10 @@ def parse_progress(text: str | None) -> dict[str, Any] | None:
         except (ValueError, RecursionError):
             data = None
     if isinstance(data, dict):
-        step = _progress_int(data.get("step"))
+        checkpoint = _checkpoint(data.get("checkpoint"))
+        if data.get("checkpoint") is not None and checkpoint is None:
+            _ignore_progress(text, "checkpoint is not {step: 0..2**53, path: 1..1024 chars}")
+        step = _progress_int(data.get("step", checkpoint["step"] if checkpoint else None))
         if step is None:
             _ignore_progress(text, "no step in 0..2**53")
             return None
@@ -658,6 +686,8 @@ def parse_progress(text: str | None) -> dict[str, Any] | None:
         step_time = _progress_seconds(data.get("stepTime"))
         if step_time is not None:
             out["stepTime"] = step_time
+        if checkpoint is not None:
+            out["checkpoint"] = checkpoint
         return out
     if text.startswith(("{", "[")):
         _ignore_progress(text, "not a JSON object of at most 16 levels")
@@ -695,6 +725,16 @@ def read_progress_text(path: str | None) -> str | None:
     if start > 0:  # began mid-file: drop the partial first line
         data = data.split(b"\n", 1)[1] if b"\n" in data else b""
     return data.decode("utf-8", errors="replace")
+
+
+def final_checkpoint(path: str | None) -> dict[str, Any] | None:
+    """The latest checkpoint for the final report: the progress file's last line's, else the
+    latest the progress thread saw (a checkpoint saved just before the end, on SIGTERM say, is
+    in the report even when no read of the status endpoint saw it)."""
+    found = parse_progress(read_progress_text(path))
+    if found is not None and found.get("checkpoint") is not None:
+        return dict(found["checkpoint"])
+    return LIVE.checkpoint()
 
 
 def read_step(path: str | None) -> int | None:
@@ -948,10 +988,18 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
         _progress.append(monitor)
         log("watching training progress", file=path, timeout=f"{timeout:g}s")
 
+    resume = os.path.join(sdir, RESUME_FILE)
+    written: list[str | None] = [None]
+
     def run() -> None:
         while True:
             try:
                 LIVE.observe_progress(time.time(), read_progress_text(path), window)
+                checkpoint = LIVE.checkpoint()
+                if checkpoint is not None and checkpoint["path"] != written[0]:
+                    # Workers of an in-pod restart resume from it (worker_code).
+                    _write_atomic(resume, checkpoint["path"])
+                    written[0] = checkpoint["path"]
                 if monitor is not None and monitor.poll(time.monotonic()) == "resume":
                     LIVE.set_stall(None)
             except Exception as e:  # noqa: BLE001 - the watch must never kill the launcher
@@ -978,12 +1026,20 @@ class ProgressMeter:
         self.total: int | None = None
         self.last_step_at: float | None = None
         self.first_at: float | None = None  # when a step was first seen
+        self.checkpoint: dict[str, Any] | None = None  # the latest reported, with "at"
 
     def observe(self, now: float, text: str | None) -> None:
         found = parse_progress(text)
         if found is None:
             return
         step = int(found["step"])
+        checkpoint = found.get("checkpoint")
+        if checkpoint is not None and (
+            self.checkpoint is None
+            or (checkpoint["step"], checkpoint["path"])
+            != (self.checkpoint["step"], self.checkpoint["path"])
+        ):
+            self.checkpoint = {**checkpoint, "at": round(now, 3)}
         if found.get("total") is not None:
             self.total = int(found["total"])
         if step != self.step:
@@ -1005,6 +1061,8 @@ class ProgressMeter:
         out: dict[str, Any] = {"step": self.step, "windowSeconds": self.window}
         if self.total is not None:
             out["total"] = self.total
+        if self.checkpoint is not None:
+            out["checkpoint"] = dict(self.checkpoint)
         if self.last_step_at is not None:
             out["lastStepAt"] = round(self.last_step_at, 3)
         if len(self.samples) >= 2:
@@ -1047,6 +1105,12 @@ class LiveState:
             if self.meter is None:
                 self.meter = ProgressMeter(window)
             self.meter.observe(now, text)
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """The latest checkpoint the script reported, {step, path, at}."""
+        with self._lock:
+            found = self.meter.checkpoint if self.meter else None
+            return dict(found) if found else None
 
     def set_stall(self, stall: dict[str, Any] | None) -> None:
         with self._lock:
@@ -1512,6 +1576,9 @@ def worker_code(cmd: list[str]) -> tuple[Any, dict[str, Any]]:
         os.makedirs(sdir, exist_ok=True)
         stacks = _register_stack_dump(sdir, os.environ.get("LOCAL_RANK", "0"))
     _record_worker_state(sdir, stacks)
+    resume = resume_from(sdir)
+    if resume is not None:
+        os.environ[ENV_RESUME_FROM] = resume
     local_rank_arg = os.environ.get(ENV_LOCAL_RANK_ARG, "")
     if local_rank_arg.startswith("--"):
         # spec.torchrun.localRankArg: a launch-era script's argparse requires it.
@@ -1543,6 +1610,18 @@ def worker_code(cmd: list[str]) -> tuple[Any, dict[str, Any]]:
     sys.modules["__main__"] = main
     # dont_inherit: this file's `from __future__` imports are not the script's.
     return compile(source, what, "exec", dont_inherit=True), main.__dict__
+
+
+def resume_from(sdir: str) -> str | None:
+    """The checkpoint a worker resumes from: the latest this pod's launcher saw its script
+    report (an in-pod restart), else none here (the pod's environment keeps the one the
+    operator rendered from status.lastCheckpoint)."""
+    try:
+        with open(os.path.join(sdir, RESUME_FILE), encoding="utf-8") as fp:
+            path = fp.read(MAX_CHECKPOINT_PATH + 1)
+    except OSError:
+        return None
+    return path if 0 < len(path) <= MAX_CHECKPOINT_PATH else None
 
 
 def worker_failed(e: BaseException) -> int:
@@ -1829,6 +1908,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             failures=failures,
             message=message,
             step=read_step(step_file),
+            checkpoint=final_checkpoint(step_file),
         )
     )
     return code

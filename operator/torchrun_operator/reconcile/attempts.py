@@ -32,9 +32,10 @@ DIGEST_CHARS = 16
 # processes per pod, rendezvous, torchrun's own options) and the attempt's gang and placement.
 # Left out on purpose: runPolicy, failurePolicy, successPolicy, monitoring and networkPolicy
 # may change while the job runs; the few of their values a pod carries (the progress timeout
-# and window) reach whichever pods are created next.
+# and window) reach whichever pods are created next. spec.checkpoint (the mounted storage)
+# is pod-shaping: a job that sets none hashes as before.
 POD_SHAPING = frozenset(
-    {"template", "nproc_per_node", "elastic", "rendezvous", "torchrun", "scheduling"}
+    {"template", "nproc_per_node", "elastic", "rendezvous", "torchrun", "scheduling", "checkpoint"}
 )
 # Phases in which pods of the current attempt exist (or are being created).
 RUNNING_PHASES = (Phase.STARTING, Phase.WAITING, Phase.RUNNING)

@@ -514,10 +514,16 @@ def _live_by_index(ctx: Ctx, seen: Seen) -> dict[int, Live]:
 
 
 def _progress(ctx: Ctx, seen: Seen) -> None:
-    """status.progress of the current attempt, from its pods' steps."""
+    """status.progress of the current attempt, from its pods' steps; status.lastCheckpoint,
+    of the job, from what its pods reported."""
     st = ctx.status
     before = st.get("progress")
-    found = prog.job_progress(st["ranks"], _live_by_index(ctx, seen), before)
+    live = _live_by_index(ctx, seen)
+    reports = prog.checkpoints(live, [p.report for p in seen.current.values()])
+    checkpoint = prog.last_checkpoint(reports, st.get("lastCheckpoint"), ctx.stamp)
+    if checkpoint is not None:
+        st["lastCheckpoint"] = checkpoint
+    found = prog.job_progress(st["ranks"], live, before)
     if found is None:
         st.pop("progress", None)
     else:

@@ -14,7 +14,7 @@ from ..api.status_names import RankPhase, Reason
 from ..api.timefmt import fmt, restamp
 from ..launcher import launcher as contract
 from . import podinput
-from .podinput import LiveAnswer, Rejected
+from .podinput import CheckpointReport, LiveAnswer, Rejected
 
 TERMINAL = ("Succeeded", "Failed")  # pod phases
 MAX_MESSAGE = 512  # per-rank messages are truncated to keep the status small
@@ -200,6 +200,7 @@ class Live:
     window_full: bool = False
     stall_at: float | None = None
     stacks: list[StackSummary] = field(default_factory=list)
+    checkpoint: CheckpointReport | None = None
 
 
 def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | None:
@@ -233,6 +234,7 @@ def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | N
         window_full=answer.window_full,
         stall_at=answer.stall_at,
         stacks=[s for s in answer.stacks if s.rank in own],
+        checkpoint=answer.checkpoint,
     )
 
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, cast
 
+from ..api.models import MAX_CHECKPOINT_PATH
 from ..launcher import launcher as contract
 
 # Byte caps, checked before decoding. A launcher's answer is well under 8 KiB; the kubelet
@@ -232,6 +233,17 @@ class Stack:
 
 
 @dataclass(frozen=True)
+class CheckpointReport:
+    """The latest checkpoint a pod's script reported: its step, its path (at most
+    MAX_CHECKPOINT_PATH characters, no NUL or line breaks) and when the launcher saw it (the
+    pod's clock)."""
+
+    step: int
+    path: str
+    at: float | None = None
+
+
+@dataclass(frozen=True)
 class LiveAnswer:
     """A launcher's status answer, validated: every field in its range, bound to a pod by
     `rdzv_id` and `index` (checked against the pod's by observe.parse_live). The answer's own
@@ -252,6 +264,7 @@ class LiveAnswer:
     window_full: bool = False
     stall_at: float | None = None
     stacks: tuple[Stack, ...] = ()
+    checkpoint: CheckpointReport | None = None
 
     @property
     def rendezvoused(self) -> bool:
@@ -261,6 +274,7 @@ class LiveAnswer:
     def cost(self) -> int:
         """Roughly the bytes this answer holds in memory (for the bound on all live state)."""
         strings = len(self.rdzv_id) + len(self.state or "")
+        strings += len(self.checkpoint.path) if self.checkpoint else 0
         strings += sum(len(s.location or "") + 120 for s in self.stacks)
         return 600 + strings + 40 * len(self.ranks)
 
@@ -318,7 +332,26 @@ def _live(data: Mapping[str, Any]) -> LiveAnswer:
         window_full=progress.get("windowFull") is True,
         stall_at=_time(stall, "at", "stall."),
         stacks=tuple(stacks),
+        checkpoint=_checkpoint(_map(progress, "checkpoint")),
     )
+
+
+def _checkpoint(data: Mapping[str, Any]) -> CheckpointReport | None:
+    """progress.checkpoint (a status answer) or checkpoint (a report): a step and a path,
+    both required once there is one; a path over its cap or with NUL or line breaks refuses
+    the answer or report (our launcher never sends one)."""
+    if not data:
+        return None
+    where = "progress.checkpoint."
+    step = _int_in(data, "step", 0, MAX_COUNT, where)
+    path = data.get("path")
+    if step is None or not isinstance(path, str) or not path:
+        raise _Refuse(f"{where}step or path is missing")
+    if len(path) > MAX_CHECKPOINT_PATH:
+        raise _Refuse(f"{where}path is longer than {MAX_CHECKPOINT_PATH} characters")
+    if any(c in path for c in "\0\n\r"):
+        raise _Refuse(f"{where}path holds a NUL or a line break")
+    return CheckpointReport(step, path, _time(data, "at", where))
 
 
 def _time(data: Mapping[str, Any], key: str, where: str) -> float | None:
@@ -371,6 +404,9 @@ def _report(data: Mapping[str, Any]) -> contract.Summary:
         "round": _int_in(data, "round", 0, MAX_COUNT, ""),
         "omitted": _int_in(data, "omitted", 0, MAX_COUNT, ""),
     }
+    checkpoint = _checkpoint(_map(data, "checkpoint"))
+    if checkpoint is not None:
+        out["checkpoint"] = {"step": checkpoint.step, "path": checkpoint.path}
     out.update({k: v for k, v in optional.items() if v is not None})
     return cast(contract.Summary, out)
 

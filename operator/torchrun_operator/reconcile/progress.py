@@ -15,7 +15,7 @@ from typing import Any
 
 from ..api.timefmt import fmt, seconds
 from .observe import Live
-from .podinput import MAX_COUNT
+from .podinput import MAX_COUNT, CheckpointReport
 
 
 def _int(value: object) -> int | None:
@@ -60,6 +60,40 @@ def job_progress(
         if left < 10 * 366 * 24 * 3600:
             out["eta"] = fmt(last + left)
     return out
+
+
+def checkpoints(
+    live: Mapping[int, Live], reports: Sequence[Mapping[str, Any] | None]
+) -> list[CheckpointReport]:
+    """What the pods reported: running pods at their status endpoint, ended pods in their
+    final report (both validated by podinput)."""
+    out = [lv.checkpoint for lv in live.values() if lv.checkpoint is not None]
+    for report in reports:
+        found = (report or {}).get("checkpoint")
+        if isinstance(found, Mapping) and _int(found.get("step")) is not None:
+            out.append(CheckpointReport(int(found["step"]), str(found.get("path"))))
+    return out
+
+
+def last_checkpoint(
+    reports: Sequence[CheckpointReport], before: Mapping[str, Any] | None, stamp: str
+) -> dict[str, Any] | None:
+    """status.lastCheckpoint: the reported checkpoint of the highest step, if it is newer than
+    the one before (a higher step, or the same step saved elsewhere); kept across attempts, so
+    the next attempt's pods resume from it. `time` is when the operator first saw it
+    (`stamp`, its own clock: a pod's clock may be off)."""
+    old = before if isinstance(before, Mapping) else None
+    if not reports:
+        return dict(old) if old else None
+    best = max(reports, key=lambda c: (c.step, c.at or 0.0))
+    old_step = _int(old.get("step")) if old else None
+    if (
+        old
+        and old_step is not None
+        and (best.step < old_step or (best.step == old_step and best.path == old.get("path")))
+    ):
+        return dict(old)
+    return {"step": best.step, "path": best.path, "time": stamp}
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ LAUNCHER_BOOTSTRAP = (
 VOLUME_SHM = "torchrun-shm"
 VOLUME_LAUNCHER = "torchrun-launcher"
 VOLUME_STATE = "torchrun-state"
+VOLUME_CHECKPOINT = "torchrun-checkpoint"
 
 # Environment the renderer owns; a user value of the same name is replaced, not duplicated.
 OWNED_ENV = (
@@ -46,6 +47,8 @@ OWNED_ENV = (
     contract.ENV_PROGRESS_WINDOW,
     contract.ENV_STATUS_PORT,
     contract.ENV_LOCAL_RANK_ARG,
+    contract.ENV_CHECKPOINT_DIR,
+    contract.ENV_RESUME_FROM,
 )
 # The launcher averages step times over this window unless spec.monitoring.straggler sets one.
 DEFAULT_PROGRESS_WINDOW_SECONDS = 60
@@ -88,6 +91,24 @@ def _window(spec: JobSpec) -> int:
     return straggler.window_seconds if straggler else DEFAULT_PROGRESS_WINDOW_SECONDS
 
 
+def resume_from(job: dict[str, Any]) -> str | None:
+    """The path of the latest checkpoint the job's pods reported (status.lastCheckpoint),
+    which every pod created from now on resumes from."""
+    last = (job.get("status") or {}).get("lastCheckpoint")
+    path = last.get("path") if isinstance(last, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def _checkpoint_env(job: dict[str, Any], spec: JobSpec) -> list[dict[str, Any]]:
+    if spec.checkpoint is None:
+        return []
+    env = [{"name": contract.ENV_CHECKPOINT_DIR, "value": spec.checkpoint.mount_path}]
+    path = resume_from(job)
+    if path is not None:
+        env.append({"name": contract.ENV_RESUME_FROM, "value": path})
+    return env
+
+
 def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -124,7 +145,7 @@ def _trainer(
     container["args"] = [*torchrun_args(job, node_index, attempt), *passthrough, "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
     port, status_port = ports(job, spec)
-    container["env"] = user_env + _env(spec, node_index, status_port)
+    container["env"] = user_env + _env(spec, node_index, status_port) + _checkpoint_env(job, spec)
     local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
     if local_rank_arg:
         # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.
@@ -135,6 +156,8 @@ def _trainer(
         mounts.append({"name": VOLUME_SHM, "mountPath": "/dev/shm"})
     mounts.append({"name": VOLUME_LAUNCHER, "mountPath": contract.LAUNCHER_DIR, "readOnly": True})
     mounts.append({"name": VOLUME_STATE, "mountPath": contract.STATE_DIR})
+    if spec.checkpoint is not None:
+        mounts.append({"name": VOLUME_CHECKPOINT, "mountPath": spec.checkpoint.mount_path})
     container["volumeMounts"] = mounts
     # With hostNetwork these become host ports: the scheduler keeps pods that share one apart.
     declared = list(container.get("ports") or [])
@@ -157,7 +180,7 @@ def _trainer(
     return container
 
 
-def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+def _volumes(job: dict[str, Any], spec: JobSpec, pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
     volumes = [
         v
         for v in pod_spec.get("volumes") or []
@@ -167,6 +190,12 @@ def _volumes(job: dict[str, Any], pod_spec: dict[str, Any]) -> list[dict[str, An
     volumes.append({"name": VOLUME_SHM, "emptyDir": {"medium": "Memory"}})
     volumes.append({"name": VOLUME_LAUNCHER, "configMap": {"name": cm, "defaultMode": 0o444}})
     volumes.append({"name": VOLUME_STATE, "emptyDir": {}})
+    checkpoint = spec.checkpoint
+    if checkpoint is not None and checkpoint.claim_name is not None:
+        claim = {"claimName": checkpoint.claim_name}
+        volumes.append({"name": VOLUME_CHECKPOINT, "persistentVolumeClaim": claim})
+    elif checkpoint is not None and checkpoint.volume is not None:
+        volumes.append({**copy.deepcopy(checkpoint.volume), "name": VOLUME_CHECKPOINT})
     return volumes
 
 
@@ -207,7 +236,7 @@ def render_pod(
     containers[0] = _trainer(job, spec, containers[0], node_index, attempt)
     for c in [*containers, *pod_spec.get("initContainers", [])]:
         _quantities_as_strings(c)
-    pod_spec["volumes"] = _volumes(job, pod_spec)
+    pod_spec["volumes"] = _volumes(job, spec, pod_spec)
     pod_spec["hostname"] = names.hostname(job_name, node_index)
     pod_spec["subdomain"] = names.service_name(job_name)
     # The operator owns restarts (gang semantics); the kubelet must not restart in place.

@@ -101,6 +101,18 @@ CASES: list[Case] = [
         "status port",
         why="29401 is the launcher's status endpoint in every pod",
     ),
+    # ---- spec.checkpoint (docs/progress.md, "Checkpoints")
+    Case(
+        "checkpoint-two-sources",
+        {"spec.checkpoint": {"claimName": "ckpt", "volume": {"emptyDir": {}}}},
+        "exactly one of claimName",
+    ),
+    Case("checkpoint-no-source", {"spec.checkpoint": {"mountPath": "/ckpt"}}, "exactly one"),
+    Case(
+        "checkpoint-reserved-path",
+        {"spec.checkpoint": {"claimName": "ckpt", "mountPath": "/var/run/torchrun/ckpt"}},
+        "checkpoint.mountPath may not be",
+    ),
     # ---- spec.scheduling (docs/scheduling.md)
     Case("unknown-gang", {"spec.scheduling": {"gang": "Kueue"}}, "gang"),
     Case(

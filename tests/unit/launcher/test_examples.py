@@ -18,6 +18,7 @@ MANIFESTS = [
     "configmap-script.yaml",
     "fail-rank3.yaml",
     "progress.yaml",
+    "checkpoint.yaml",
 ]
 
 

@@ -220,3 +220,18 @@ def test_configmap_secret_items_and_modes() -> None:
     assert volume_files({"name": "e", "emptyDir": {}}, POD, FACTS, lookup, token) is None
     with pytest.raises(ConfigError):
         volume_files({"name": "n", "nfs": {}}, POD, FACTS, lookup, token)
+
+
+def test_binary_configmap_and_secret_data_reach_the_volume_as_bytes() -> None:
+    # A gzip file (kubectl dtj run ships a directory so): not UTF-8, kept byte for byte.
+    blob = b"\x1f\x8b\x08\x00binary\xff"
+    encoded = base64.b64encode(blob).decode()
+    OBJECTS[("ConfigMap", "ns", "bin")] = {
+        "data": {"a.txt": "text"},
+        "binaryData": {"b.gz": encoded},
+    }
+    OBJECTS[("Secret", "ns", "binsec")] = {"data": {"key.p12": encoded}}
+    cm = volume_files({"name": "c", "configMap": {"name": "bin"}}, POD, FACTS, lookup, token)
+    assert cm == {"a.txt": (b"text", 0o644), "b.gz": (blob, 0o644)}
+    sec = volume_files({"name": "s", "secret": {"secretName": "binsec"}}, POD, FACTS, lookup, token)
+    assert sec == {"key.p12": (blob, 0o644)}

@@ -226,3 +226,41 @@ def test_fuzz_any_bytes_are_refused_or_in_range(raw: bytes) -> None:
 def test_fuzz_nesting_of_any_depth_never_raises(depth: int, opener: str) -> None:
     raw = (opener * depth)[: podinput.MAX_ANSWER_BYTES]
     assert isinstance(podinput.parse_answer(raw.encode()), Rejected)
+
+
+# ---- checkpoint reports (docs/progress.md, "Checkpoints") ----------------------------------
+
+
+def _answer_with(checkpoint: object) -> Any:
+    return podinput.live_answer(
+        {
+            "v": L.LIVE_VERSION,
+            "rdzvId": "u-0",
+            "index": 0,
+            "progress": {"step": 5, "checkpoint": checkpoint},
+        }
+    )
+
+
+def test_a_checkpoint_report_is_kept_bounded() -> None:
+    got = _answer_with({"step": 4, "path": "/c/4", "at": 1700000000.5})
+    assert isinstance(got, LiveAnswer)
+    assert got.checkpoint == podinput.CheckpointReport(4, "/c/4", 1700000000.5)
+    assert isinstance(_answer_with(None), LiveAnswer) and _answer_with(None).checkpoint is None
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "why"),
+    [
+        ({"step": 4, "path": "x" * 1025}, "longer than 1024"),
+        ({"step": 4, "path": "/a\n/b"}, "line break"),
+        ({"step": -1, "path": "/a"}, "out of range"),
+        ({"step": True, "path": "/a"}, "not an integer"),
+        ({"path": "/a"}, "missing"),
+        ({"step": 4}, "missing"),
+        ("/a", "not an object"),
+    ],
+)
+def test_a_bad_checkpoint_report_refuses_the_answer(checkpoint: object, why: str) -> None:
+    got = _answer_with(checkpoint)
+    assert isinstance(got, Rejected) and why in got.reason, got

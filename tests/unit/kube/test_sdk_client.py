@@ -1,0 +1,258 @@
+"""torchrun_operator.client (the SDK) against the fake transport: the requests it sends and
+what it makes of the answers, as a notebook user sees them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jobs
+import pytest
+from fake_transport import FakeTransport
+from kubernetes import client
+from torchrun_operator.api.models import JobSpec
+from torchrun_operator.client import (
+    Client,
+    JobFailed,
+    JobNotFound,
+    LogsUnavailable,
+    RankNotFound,
+    WaitTimeout,
+)
+
+HOST = "https://apiserver.test"
+JOBS = "/apis/torchrun.dev/v1alpha1/namespaces/ns/distributedtrainingjobs"
+
+
+def sdk(t: FakeTransport) -> Client:
+    api = client.ApiClient(client.Configuration(host=HOST))
+    api.rest_client = t  # type: ignore[assignment]  # it answers what ApiClient asks
+    return Client(api, namespace="ns")
+
+
+def obj(phase: str | None = None, rv: str = "1", **status: Any) -> dict[str, Any]:
+    doc = jobs.job("train", metadata={"namespace": "ns", "uid": "u1", "resourceVersion": rv})
+    if phase:
+        doc["status"] = {"phase": phase, **status}
+    return doc
+
+
+def events(*pairs: tuple[str, dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps({"type": k, "object": o}).encode() + b"\n" for k, o in pairs)
+
+
+def paths(t: FakeTransport) -> list[tuple[str, str]]:
+    return [(s.method, s.url.removeprefix(HOST).split("?")[0]) for s in t.sent]
+
+
+def test_submit_a_spec_posts_only_what_was_set_and_returns_the_typed_job() -> None:
+    t = FakeTransport(answers=[(201, obj())])  # Created, as the apiserver answers
+    spec = JobSpec.model_validate(jobs.job()["spec"])
+    job = sdk(t).submit(spec, name="train")
+    assert paths(t) == [("POST", JOBS)]
+    sent = t.sent[0].body
+    assert (
+        sent["apiVersion"] == "torchrun.dev/v1alpha1" and sent["kind"] == "DistributedTrainingJob"
+    )
+    assert sent["metadata"] == {"name": "train", "namespace": "ns"}
+    # camelCase, no defaults filled in (the CRD's defaults apply, as for YAML)
+    assert sent["spec"] == jobs.job()["spec"]
+    assert (job.name, job.namespace, job.uid) == ("train", "ns", "u1")
+    assert job.spec.nodes == 2 and job.phase == "Pending" and not job.finished
+
+
+def test_submit_a_dict_validates_it_before_anything_is_sent() -> None:
+    t = FakeTransport(answers=[(201, obj())])
+    bad = jobs.job("train", nodes=0)
+    with pytest.raises(ValueError, match="nodes"):
+        sdk(t).submit(bad)
+    with pytest.raises(ValueError, match="needs a name"):
+        sdk(t).submit({"spec": jobs.job()["spec"]})
+    assert t.sent == []
+    sdk(t).submit(jobs.job("train"))
+    assert t.sent[0].body["metadata"]["name"] == "train"
+
+
+def test_get_list_and_delete() -> None:
+    t = FakeTransport(
+        answers=[
+            (200, obj("Running")),
+            (200, {"items": [obj("Running"), obj("Failed")]}),
+            (200, {"kind": "Status", "status": "Success"}),
+            (404, {"kind": "Status", "code": 404}),
+            (404, {"kind": "Status", "code": 404}),
+        ]
+    )
+    c = sdk(t)
+    assert c.get("train").phase == "Running"
+    assert [j.phase for j in c.list()] == ["Running", "Failed"]
+    c.delete("train")
+    with pytest.raises(JobNotFound, match="'gone' not found in namespace 'ns'"):
+        c.delete("gone")
+    with pytest.raises(JobNotFound):
+        c.get("gone")
+    assert paths(t) == [
+        ("GET", JOBS + "/train"),
+        ("GET", JOBS),
+        ("DELETE", JOBS + "/train"),
+        ("DELETE", JOBS + "/gone"),
+        ("GET", JOBS + "/gone"),
+    ]
+    assert "propagationPolicy=Background" in t.sent[2].url
+
+
+def test_watch_yields_each_status_change_once_and_ends_when_the_job_is_deleted() -> None:
+    running = obj("Running", rv="2")
+    t = FakeTransport(
+        answers=[
+            (200, obj("Starting")),
+            (
+                200,
+                events(
+                    ("MODIFIED", running),
+                    ("MODIFIED", obj("Running", rv="3")),  # metadata only: not a change
+                    ("MODIFIED", obj("Restarting", rv="4")),
+                ),
+            ),
+            # the apiserver ended that watch; the next one resumes from version 4
+            (200, events(("DELETED", obj("Restarting", rv="5")))),
+        ]
+    )
+    seen = [j.phase for j in sdk(t).watch("train")]
+    assert seen == ["Starting", "Running", "Restarting"]
+    watches = [s.url for s in t.sent[1:]]
+    assert all("watch=true" in u and "fieldSelector=metadata.name%3Dtrain" in u for u in watches)
+    assert "resourceVersion=1" in watches[0] and "resourceVersion=4" in watches[1]
+
+
+def test_watch_reads_anew_when_its_version_expired() -> None:
+    gone = {"kind": "Status", "code": 410, "reason": "Expired"}
+    t = FakeTransport(
+        answers=[
+            (200, obj("Running")),
+            (200, events(("ERROR", gone))),
+            (200, obj("Succeeded", rv="9")),
+            (200, events(("DELETED", obj("Succeeded", rv="10")))),
+        ]
+    )
+    assert [j.phase for j in sdk(t).watch("train")] == ["Running", "Succeeded"]
+    assert paths(t)[2] == ("GET", JOBS + "/train")
+
+
+def test_wait_returns_the_final_status_of_a_job_that_succeeded() -> None:
+    t = FakeTransport(
+        answers=[(200, obj("Running")), (200, events(("MODIFIED", obj("Succeeded", rv="2"))))]
+    )
+    status = sdk(t).wait("train", timeout=60)
+    assert status.phase == "Succeeded"
+
+
+def test_wait_raises_the_root_cause_of_a_job_that_failed() -> None:
+    failure = {
+        "rank": 3,
+        "pod": "train-1",
+        "node": "n2",
+        "exitCode": 1,
+        "reason": "Error",
+        "message": "RuntimeError: rank 3 failed on purpose",
+    }
+    t = FakeTransport(
+        answers=[(200, obj("Running")), (200, events(("MODIFIED", obj("Failed", failure=failure))))]
+    )
+    with pytest.raises(JobFailed) as err:
+        sdk(t).wait("train")
+    assert str(err.value) == (
+        "job train failed (Error) at rank 3, pod train-1, node n2, exit code 1: "
+        "RuntimeError: rank 3 failed on purpose"
+    )
+    assert err.value.failure is not None and err.value.failure.rank == 3
+    assert err.value.job.phase == "Failed"
+
+
+def test_wait_times_out_with_the_job_as_last_seen() -> None:
+    t = FakeTransport(answers=[(200, obj("Running"))], body=b"")  # watches end with no event
+    with pytest.raises(WaitTimeout, match=r"within 0\.2s \(phase Running\)") as err:
+        sdk(t).wait("train", timeout=0.2)
+    assert err.value.job is not None and err.value.job.phase == "Running"
+
+
+def test_wait_on_a_job_deleted_meanwhile_says_so() -> None:
+    t = FakeTransport(answers=[(200, obj("Running")), (200, events(("DELETED", obj("Running"))))])
+    with pytest.raises(JobNotFound):
+        sdk(t).wait("train")
+
+
+RANKS = [
+    {"index": 0, "pod": "train-0", "node": "n1", "globalRanks": "4-7"},
+    {"index": 1, "pod": "train-1", "node": "n2", "globalRanks": "0-3"},
+]
+
+
+def test_logs_come_from_the_trainer_of_the_pod_holding_the_rank_line_by_line() -> None:
+    t = FakeTransport(
+        answers=[(200, obj("Running", ranks=RANKS)), (200, b"step 1\nstep 2\npartial")]
+    )
+    lines = list(sdk(t).logs("train", rank=2, follow=True))
+    assert lines == ["step 1", "step 2", "partial"]
+    assert paths(t)[1] == ("GET", "/api/v1/namespaces/ns/pods/train-1/log")
+    assert "container=trainer" in t.sent[1].url and "follow=true" in t.sent[1].url
+
+
+def test_logs_with_follow_wait_for_the_rendezvous_that_assigns_the_rank() -> None:
+    before = [dict(r, globalRanks=None) for r in RANKS]
+    t = FakeTransport(
+        answers=[
+            (200, obj("Starting", ranks=before)),
+            (200, obj("Starting", ranks=before)),
+            (200, events(("MODIFIED", obj("Running", rv="2", ranks=RANKS)))),
+            (200, b"hello\n"),
+        ]
+    )
+    assert list(sdk(t).logs("train", rank=5, follow=True)) == ["hello"]
+    assert paths(t)[-1] == ("GET", "/api/v1/namespaces/ns/pods/train-0/log")
+
+
+def test_logs_of_an_unknown_rank_or_an_unreadable_pod_say_which() -> None:
+    t = FakeTransport(answers=[(200, obj("Running", ranks=RANKS, worldSize=8))])
+    with pytest.raises(RankNotFound, match=r"no global rank 8 \(world size 8\)"):
+        list(sdk(t).logs("train", rank=8))
+    t = FakeTransport(
+        answers=[(200, obj("Running", ranks=RANKS)), (500, {"message": "no kubelet"})]
+    )
+    with pytest.raises(LogsUnavailable, match=r"pod train-1 \(node n2\) holding rank 0") as err:
+        list(sdk(t).logs("train"))
+    assert err.value.status == 500 and err.value.entry.pod == "train-1"
+
+
+def test_client_without_an_api_client_reads_the_kubeconfig(tmp_path: Any, monkeypatch: Any) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://k.test:6443"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [
+                    {"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "team"}}
+                ],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    c = Client()
+    assert c.namespace == "team"
+    assert c.api_client.configuration.host == "https://k.test:6443"
+    assert Client(namespace="other").namespace == "other"
+    # the kubernetes package's global configuration is left alone
+    assert client.Configuration.get_default_copy().host != "https://k.test:6443"
+
+
+def test_fields_of_a_newer_operator_are_left_out_not_refused() -> None:
+    newer = obj("Failed", failure={"rank": 1, "stackDump": "..."}, futureField={"x": 1})
+    newer["spec"]["runtimeRef"] = {"name": "torch-2.16"}
+    job = sdk(FakeTransport(answers=[(200, newer)])).get("train")
+    assert job.phase == "Failed" and job.status.failure is not None
+    assert job.status.failure.rank == 1
+    assert job.raw["status"]["futureField"] == {"x": 1}  # still there, untyped
