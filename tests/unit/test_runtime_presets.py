@@ -14,7 +14,7 @@ from test_chart import render
 from torchrun_operator.api import names
 from torchrun_operator.api.models import JobSpec
 from torchrun_operator.api.runtime import RuntimeSpec
-from torchrun_operator.reconcile.runtimemerge import merge
+from torchrun_operator.api.runtimemerge import merge
 from torchrun_operator.render import nproc_per_node, render_pod
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ DistributedTrainingRuntime (namespaced), generated into CRDs like the job's (api
 A runtime holds what a platform team sets once: the pod template (a container named
 `trainer` and anything else) and defaults for nprocPerNode, torchrun, rendezvous,
 failurePolicy and scheduling. A job names one in spec.runtimeRef and gives only what differs;
-reconcile/runtimemerge.py merges the two, and the merged spec is validated by the job's own
+api/runtimemerge.py merges the two, and the merged spec is validated by the job's own
 model (api/models.py JobSpec). So these models check only what a runtime alone can get wrong:
 its template may leave out what jobs give (the trainer's image and command, typically).
 """

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from ..api import names
 from ..api.models import JobSpec, RunPolicy
+from ..api.runtimemerge import explain
 from ..api.status_names import (
     FINISHED,
     ConditionType,
@@ -44,7 +45,6 @@ from .plan import Plan
 from .queueing import admitted, queue, record_admission
 from .refused import say_refused
 from .rootcause import lost_candidate, pod_candidates
-from .runtimemerge import explain
 from .runtimeref import RUNTIME_RETRY_SECONDS, Resolved
 
 # The reconciler's timing constants are read from here (tests/unit/reconcile).

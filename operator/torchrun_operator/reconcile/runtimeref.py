@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..api import runtimemerge
 from ..api.runtime import RuntimeSpec
 from ..api.status_names import FINISHED
-from . import runtimemerge
 
 Obj = dict[str, Any]
 

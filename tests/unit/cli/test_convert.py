@@ -17,9 +17,9 @@ import pytest
 import yaml
 from kubeflow_examples import example
 from torchrun_operator.api.models import JobSpec
+from torchrun_operator.api.runtimemerge import merge
 from torchrun_operator.cli import convert
 from torchrun_operator.cli.main import main
-from torchrun_operator.reconcile.runtimemerge import merge
 
 EXAMPLES = sorted(kubeflow_examples.EXAMPLES)
 # What the images' ENTRYPOINTs run (their Dockerfiles, next to the examples), for the

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from torchrun_operator.api import names
-from torchrun_operator.reconcile.runtimemerge import merge
+from torchrun_operator.api.runtimemerge import merge
 
 from .load import MAX_INPUT_BYTES, documents
 from .mapping import convert

@@ -1,5 +1,5 @@
 """kubectl dtj convert --runtime: a converted job that keeps only what differs from a training
-runtime's spec (docs/runtimes.md). The inverse of reconcile/runtimemerge.py's merge: merging
+runtime's spec (docs/runtimes.md). The inverse of api/runtimemerge.py's merge: merging
 the reduced job onto the runtime gives what merging the whole job would have given
 (tests/unit/cli/test_convert_runtime.py checks it as a property)."""
 
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from torchrun_operator.api import names
-from torchrun_operator.reconcile.runtimemerge import KEYED, joinable
+from torchrun_operator.api.runtimemerge import KEYED, joinable
 
 Obj = dict[str, Any]
 _SAME = object()  # the job gives nothing the runtime does not

@@ -1,4 +1,4 @@
-"""The merge of a job's spec onto its runtime's (reconcile/runtimemerge.py, docs/runtimes.md):
+"""The merge of a job's spec onto its runtime's (api/runtimemerge.py, docs/runtimes.md):
 its rules as properties over generated specs, and where an invalid field came from."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from torchrun_operator.api.models import JobSpec
+from torchrun_operator.api.runtimemerge import explain, merge, origin
 from torchrun_operator.cli.convert.onruntime import only_what_differs
-from torchrun_operator.reconcile.runtimemerge import explain, merge, origin
 
 Obj = dict[str, Any]
 
