@@ -143,6 +143,9 @@ class Summary(_SummaryRequired, total=False):
     step: int  # the last step the script wrote to the progress file
     round: int  # the rendezvous round groupRank and ranks are from
     omitted: int  # failures dropped to stay under TERMINATION_LIMIT
+    # After a communication failure: the ranks of this node found outside any collective
+    # (`{"rank", "inCollective": false, "at"?}`), the ones the others waited for.
+    stacks: list[dict[str, Any]]
 
 
 # Errors that say "a peer went away or the network failed" rather than "this code raised": a
@@ -330,6 +333,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     if _size(out) <= limit:
         return out
     # 3. Pathological (huge ranks list or message): shrink to nothing, then drop the rest.
+    out.pop("stacks", None)
     for budget in (80, 32, 0):
         if shorten(budget):
             return out
@@ -354,6 +358,7 @@ def build_summary(
     failures: Sequence[FailureRecord] = (),
     message: str | None = None,
     step: int | None = None,
+    stacks: Sequence[Mapping[str, Any]] = (),
 ) -> Summary:
     summary: Summary = {
         "v": SUMMARY_VERSION,
@@ -367,6 +372,8 @@ def build_summary(
         summary["message"] = message
     if step is not None:
         summary["step"] = step
+    if stacks:
+        summary["stacks"] = [dict(s) for s in stacks]
     return summary
 
 
@@ -1290,6 +1297,97 @@ def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[st
     return sorted(out, key=lambda s: s["rank"] if isinstance(s["rank"], int) else -1)
 
 
+# ---- stacks on a communication failure -----------------------------------------------------
+#
+# When a collective times out or a peer drops out, the rank that failed first is a victim: the
+# cause is the rank that never arrived, still alive somewhere outside the collective. On the
+# first communication failure the agent sees (a worker's error or stderr tail, or its own
+# rendezvous store gone), before torchrun stops the workers, every live worker of this node
+# dumps its stacks; the ranks found outside a collective go into the report (`stacks`).
+
+MAX_REPORT_STACKS = 4  # ranks outside a collective named in the report
+_comm_stacks: list[dict[str, Any]] = []  # what the dump found (once per launcher)
+_comm_dumped: list[bool] = []
+
+
+def report_stacks(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's `stacks`: the ranks outside any collective, at most MAX_REPORT_STACKS."""
+    out = []
+    for s in stacks:
+        rank, at = s.get("rank"), s.get("at")
+        if s.get("inCollective") or not isinstance(rank, int) or isinstance(rank, bool):
+            continue
+        entry: dict[str, Any] = {"rank": rank, "inCollective": False}
+        if isinstance(at, str) and at:
+            entry["at"] = truncate_text(at, 256)
+        out.append(entry)
+    return out[:MAX_REPORT_STACKS]
+
+
+def on_comm_failure(sdir: str, why: str) -> None:
+    """The first communication failure: dump the live workers' stacks (once)."""
+    if _comm_dumped:
+        return
+    _comm_dumped.append(True)
+    log("communication failure: dumping the workers' stacks", why=truncate_text(why, 300))
+    _comm_stacks[:] = report_stacks(dump_worker_stacks(sdir))
+
+
+def _failure_text(pf: Any, log_dir: str | None) -> str:
+    """What a failed worker said: its recorded error, else the tail of its stderr."""
+    text = error_text_from_record(getattr(pf, "error_file_data", None))
+    if text:
+        return text
+    local_rank = getattr(pf, "local_rank", None)
+    if not isinstance(local_rank, int):
+        return ""
+    return read_stderr_tail(stderr_log_path(log_dir, local_rank) if log_dir else None) or ""
+
+
+def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
+    """Wrap torchrun's process context and run loop: when a worker failed with an error that
+    says communication, or the run loop ended on a lost store, the other workers dump their
+    stacks before torchrun stops them (its process context stops them the moment it sees a
+    failure, before the agent hears of it)."""
+    try:
+        from torch.distributed.elastic.agent.server import api as agent_api
+        from torch.distributed.elastic.multiprocessing import api as mp_api
+    except ImportError:
+        return
+    close = mp_api.PContext.close
+    invoke = agent_api.SimpleElasticAgent._invoke_run
+    if getattr(close, "_torchrun_operator", False):
+        return
+
+    def _close(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            failures = getattr(self, "_failures", None)
+            for pf in failures.values() if isinstance(failures, dict) else []:
+                text = _failure_text(pf, log_dir)
+                if is_comm_error(text):
+                    on_comm_failure(sdir, text.strip().splitlines()[-1])
+                    break
+        except Exception as e:  # noqa: BLE001 - the dump must never change the run
+            log("cannot dump stacks", error=f"{type(e).__name__}: {e}")
+        close(self, *args, **kwargs)
+
+    def _invoke_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return invoke(self, *args, **kwargs)
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            if is_comm_error(text):
+                try:
+                    on_comm_failure(sdir, text)
+                except Exception as dump_error:  # noqa: BLE001 - the error must propagate
+                    log("cannot dump stacks", error=f"{dump_error}")
+            raise
+
+    _close._torchrun_operator = True  # type: ignore[attr-defined]
+    mp_api.PContext.close = _close  # type: ignore[method-assign]
+    agent_api.SimpleElasticAgent._invoke_run = _invoke_run  # type: ignore[method-assign]
+
+
 def _file_size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -1737,6 +1835,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     parser = get_args_parser()
     own_log_dir = os.path.join(sdir, LOGS_DIR)
     flags, log_dir = stderr_capture_flags(flags, os.environ, own_log_dir)
+    _patch_comm_failure_stacks(sdir, log_dir)
     if log_dir == own_log_dir:  # the emptyDir outlives the container: drop the last one's logs
         shutil.rmtree(own_log_dir, ignore_errors=True)
     # The placeholder script is replaced below: only the launch configuration is taken from
@@ -1829,6 +1928,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             failures=failures,
             message=message,
             step=read_step(step_file),
+            stacks=_comm_stacks,
         )
     )
     return code
