@@ -244,6 +244,9 @@ def root_cause(candidates: list[Candidate]) -> Candidate:
     return never_arrived(cause, candidates)
 
 
+_VOICES = (failurekinds.NCCL_TIMEOUT, failurekinds.GLOO_TIMEOUT, failurekinds.NCCL_COMM)
+
+
 def _consequence(c: Candidate) -> bool:
     return c.kind == contract.KIND_COMM or (
         c.kind == contract.KIND_SIGNAL and c.exit_code == -signal.SIGTERM
@@ -265,22 +268,25 @@ def never_arrived(cause: Candidate, candidates: list[Candidate]) -> Candidate:
     if not found:
         return cause
     rank, at, c = min(found, key=lambda f: f[0])
-    where = f" at {at}" if at else ""
-    text = cause.message or ""
-    said = cause.table.quote(text) if cause.table else None
+    # Who gave up and what it said: a timeout says more than a lost connection or store.
+    told = [x for x in candidates if x.says in _VOICES]
+    voice = min(told, key=lambda x: (_VOICES.index(x.says or ""), x.at)) if told else cause
+    text = voice.message or ""
+    said = voice.table.quote(text) if voice.table else None
     first = said or (text.strip().splitlines()[0] if text.strip() else "")
-    gave_up = f"rank {cause.rank}" if cause.rank is not None else f"pod {cause.pod}"
+    where = f" at {at}" if at else ""
+    gave_up = f"rank {voice.rank}" if voice.rank is not None else f"pod {voice.pod}"
     message = (
         f"rank {rank} (pod {c.pod}) was not in the collective{where} when {gave_up} "
-        f"failed: {first or cause.reason} (full stacks in the pod logs)"
+        f"failed: {first or voice.reason} (full stacks in the pod logs)"
     )
-    says = cause.says or (failurekinds.NCCL_COMM if cause.kind == contract.KIND_COMM else None)
+    says = voice.says or failurekinds.NCCL_COMM
     return Candidate(
         node_index=c.node_index,
         pod=c.pod,
         node=c.node,
         kind=cause.kind,
-        reason=cause.reason,
+        reason=voice.reason,
         at=cause.at,
         rank=rank,
         message=truncate(message),
