@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 
-import gpu_bench  # noqa: E402
+import gpu_bench  # type: ignore[import-not-found,unused-ignore]  # noqa: E402
 from torchrun_operator.reconcile.failure.cause import failure_record  # noqa: E402
 from torchrun_operator.reconcile.observe import view  # noqa: E402
 from torchrun_operator.reconcile.rootcause import classify, pod_candidates, root_cause  # noqa: E402

@@ -120,7 +120,7 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
             assert kept_off(pod) == [node], pod.spec.affinity
             assert pod.spec.node_name == other
         events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
-        said = [e.message for e in events.items if e.reason == "AvoidingNode"]
+        said = [e.message or "" for e in events.items if e.reason == "AvoidingNode"]
         assert said and f"node {node}:" in said[0] and "keep off it until" in said[0], said
         text = dtj_status(cluster, namespace, name)
         assert "Avoided nodes (the job's pods keep off them):" in text, text

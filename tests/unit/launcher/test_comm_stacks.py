@@ -4,6 +4,7 @@ collective (`stacks`), bounded, and the operator reads them back checked."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from torchrun_operator.launcher import launcher as L
@@ -11,7 +12,7 @@ from torchrun_operator.reconcile import podinput
 
 
 def test_only_ranks_outside_a_collective_are_reported_and_at_most_a_few() -> None:
-    dumped = [
+    dumped: list[dict[str, Any]] = [
         {"rank": 0, "localRank": 0, "inCollective": True, "at": "/t.py:9 in step"},
         {"rank": 1, "localRank": 1, "inCollective": False, "at": "/t.py:40 in main"},
         {"rank": None, "inCollective": False, "at": "x"},  # a worker that never said its rank
