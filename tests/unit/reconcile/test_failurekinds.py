@@ -131,3 +131,16 @@ def test_without_stacks_the_rank_that_timed_out_is_named() -> None:
     gloo = MESSAGES[5]["text"]
     st = _one_pod_fails(failure(0, "comm", 9.5, gloo))
     assert st["failure"]["rank"] == 0 and "location" not in st["failure"]
+
+
+def test_the_documented_table_is_the_codes() -> None:
+    """docs/failures.md's table has one row per kind, with the code's class, blame and reason."""
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "failures.md").read_text()
+    rows = {}
+    for line in doc.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 6 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = (cells[1], cells[2], cells[3].strip("`"))
+    assert rows == {
+        k.kind: (k.klass, "yes" if k.node else "no", k.reason) for k in failurekinds.TABLE
+    }
