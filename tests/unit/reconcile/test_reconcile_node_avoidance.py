@@ -214,3 +214,16 @@ def test_kubectl_dtj_status_shows_the_avoided_nodes() -> None:
     header, row = block.splitlines()[:2]
     assert header.split() == ["NODE", "REASON", "KIND", "INDEX", "SINCE", "UNTIL"]
     assert row.split()[:4] == ["n2", "GPUDeviceError", "gpu-device", "1"]
+
+
+def test_an_elastic_replacement_finds_the_device_error_among_the_pods_failures() -> None:
+    """The pod's report lists the rank torchrun stopped (SIGTERM) after the ECC error."""
+    job = make_job(nodes=3, elastic={"minNodes": 2}, failurePolicy=POLICY)
+    job, pods = running_on(job, ["n1", "n2", "n3"])
+    failures = [failure(5, "exception", 10, ECC), failure(4, "signal", 11, exit_code=-15)]
+    pods[2] = set_terminated(pods[2], 1, report("Failed", [4, 5], failures), t=11)
+    pods[2]["spec"]["nodeName"] = "n3"
+    plan, _, _ = step(job, pods, 20)
+    assert [e["node"] for e in plan.status["avoidedNodes"]] == ["n3"]
+    assert kept_off(plan.create[0]) == [["n3"]]
+    assert [e.reason for e in plan.events].count("AvoidingNode") == 1

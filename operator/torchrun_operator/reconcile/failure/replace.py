@@ -48,9 +48,14 @@ def replace(ctx: Ctx, seen: Seen, cause: Candidate) -> None:
         return
     st["failure"] = failure_record(cause, step)
     by_index = {c.node_index: c for c in seen.candidates}
-    # Before the replacements are rendered: they keep off the nodes that failed them.
-    for i in sorted(seen.failed):
-        avoid.avoid(ctx, by_index[i])
+    # Before the replacements are rendered: they keep off the nodes that failed them (any
+    # failure of a pod may be the one that blames its node; each node once).
+    blamed: set[str] = set()
+    for c in seen.candidates:
+        node = avoid.blamed_node(c)
+        if c.node_index in seen.failed and node is not None and node not in blamed:
+            blamed.add(node)
+            avoid.avoid(ctx, c)
     for i in sorted(seen.failed):
         old = st["ranks"][i]["pod"]
         # Derived from the status alone (the pod it replaces), never "the next free name":
