@@ -38,6 +38,7 @@ from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
 from .failure import SETTLE_SECONDS
 from .failure.avoid import nodes as avoided_nodes
+from .failure.avoid import prune as avoid_prune
 from .failure.replace import replacement_of
 from .finish import after_finish, finish
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
@@ -119,6 +120,7 @@ def reconcile(
             _resume(ctx)
         elif phase == Phase.QUEUED:
             admitted(ctx, waited)
+        avoid_prune(ctx)
         if not _deadline_passed(ctx):
             attempts.follow_spec(ctx)
             if ctx.phase in (Phase.PENDING, Phase.RESTARTING):

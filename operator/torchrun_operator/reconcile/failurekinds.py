@@ -149,11 +149,12 @@ TABLE: tuple[FailureKind, ...] = (
             # NCCL's socket transport
             r"Connection closed by remote peer",
             r"NCCL communicator was aborted",
-            # gloo's tcp transport when a peer is gone
-            r"gloo/.*\] (Connection closed by peer|Read error|Write error)",
         ),
     ),
 )
+
+# gloo's lost peer ("[.../gloo/transport/tcp/pair.cc:561] Connection closed by peer") is no
+# kind of its own: it stays the launcher's `comm` (CommunicationError), a consequence.
 
 BY_KIND = {k.kind: k for k in TABLE}
 

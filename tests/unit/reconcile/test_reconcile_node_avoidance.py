@@ -227,3 +227,22 @@ def test_an_elastic_replacement_finds_the_device_error_among_the_pods_failures()
     assert [e["node"] for e in plan.status["avoidedNodes"]] == ["n3"]
     assert kept_off(plan.create[0]) == [["n3"]]
     assert [e.reason for e in plan.events].count("AvoidingNode") == 1
+
+
+def test_a_node_whose_time_is_up_leaves_the_status_and_the_next_pods() -> None:
+    job, pods = running_on(make_job(nodes=2, failurePolicy=POLICY), ["n1", "n2"])
+    pods[1] = ecc_on(pods[1])
+    plan, job, pods = settled(job, pods)
+    until = plan.status["avoidedNodes"][0]["until"]
+    plan, job, pods = restart_after(job, pods)
+    assert all(kept_off(p) == [["n2"]] for p in plan.create)
+    later = (datetime.fromisoformat(until.replace("Z", "+00:00")) - T0).total_seconds() + 1
+    plan, _, _ = step(job, pods, later)
+    assert "avoidedNodes" not in plan.status
+
+
+def test_the_failed_ranks_reason_says_what_failed() -> None:
+    job, pods = running_on(make_job(nodes=2, failurePolicy=POLICY), ["n1", "n2"])
+    pods[1] = ecc_on(pods[1])
+    plan, _, _ = step(job, pods, 30)
+    assert plan.status["ranks"][1]["reason"] == "GPUDeviceError"

@@ -62,6 +62,19 @@ def current(status: dict[str, Any], now: float) -> list[dict[str, Any]]:
     return out
 
 
+def prune(ctx: Ctx) -> None:
+    """Drop the entries whose time is up from status.avoidedNodes (the list, when none is
+    left), so that the status shows only nodes still kept off."""
+    entries = ctx.status.get("avoidedNodes")
+    if entries is None:
+        return
+    kept = current(ctx.status, ctx.now)
+    if not kept:
+        ctx.status.pop("avoidedNodes", None)
+    elif len(kept) != len(entries):
+        ctx.status["avoidedNodes"] = kept
+
+
 def nodes(ctx: Ctx) -> list[str]:
     """The nodes pods rendered now keep off, sorted."""
     return sorted({e["node"] for e in current(ctx.status, ctx.now)})
