@@ -23,6 +23,13 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=("oom", "nccl-timeout", "sigkill"), required=True)
     p.add_argument("--rank", type=int, default=1, help="the rank that fails")
+    p.add_argument(
+        "--index",
+        type=int,
+        default=None,
+        help="instead of --rank: local rank 0 of the pod of this index fails "
+        "(TORCHRUN_OPERATOR_INDEX; index 0 holds the rendezvous store)",
+    )
     p.add_argument("--timeout", type=float, default=20.0, help="process group timeout (s)")
     p.add_argument("--sleep", type=float, default=300.0, help="how long the late rank sleeps")
     p.add_argument("--backend", default="nccl")
@@ -40,7 +47,13 @@ def main() -> None:
     if cuda:
         torch.cuda.synchronize()
     print(f"rank {rank}: 3 all-reduces done", flush=True)
-    if rank == args.rank:
+    index = os.environ.get("TORCHRUN_OPERATOR_INDEX")
+    if args.index is not None:  # noqa: SIM108 - the two ways to pick it, side by side
+        late = index == str(args.index) and local == 0
+    else:
+        late = rank == args.rank
+    if late:
+        print(f"rank {rank} (pod index {index}): failing ({args.mode})", flush=True)
         if args.mode == "oom":
             torch.empty(1 << 50, dtype=torch.uint8, device=device)  # 1 PiB
         elif args.mode == "nccl-timeout":

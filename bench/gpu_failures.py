@@ -32,11 +32,19 @@ from torchrun_operator.reconcile.failure.cause import failure_record  # noqa: E4
 from torchrun_operator.reconcile.observe import view  # noqa: E402
 from torchrun_operator.reconcile.rootcause import classify, pod_candidates, root_cause  # noqa: E402
 
-SCENARIOS = {
-    # mode, the failing rank, what the operator must name: (rank, kind, class)
-    "oom": ("oom", 1, (1, "cuda-oom", "user")),
-    "nccl-timeout": ("nccl-timeout", 1, (1, "nccl-timeout", "infrastructure")),
-    "sigkill": ("sigkill", 1, (1, "signal", "infrastructure")),
+SCENARIOS: dict[str, tuple[str, list[str], tuple[int | None, str, str]]] = {
+    # mode, which rank fails, what the operator must name: (rank, kind, class); rank None:
+    # the global rank local rank 0 of pod index 0 got (the rendezvous decides it)
+    "oom": ("oom", ["--rank", "1"], (1, "cuda-oom", "user")),
+    "nccl-timeout": ("nccl-timeout", ["--rank", "1"], (1, "nccl-timeout", "infrastructure")),
+    # the late rank in the pod that holds the rendezvous store: its launcher learns of the
+    # failure only from the rendezvous another node's agent closed
+    "nccl-timeout-host": (
+        "nccl-timeout",
+        ["--index", "0"],
+        (None, "nccl-timeout", "infrastructure"),
+    ),
+    "sigkill": ("sigkill", ["--rank", "1"], (1, "signal", "infrastructure")),
 }
 LOG_TAIL = 6000
 
@@ -58,10 +66,10 @@ def pod_status(pod: dict[str, Any], exit_code: int | None, report: str | None) -
 
 
 def run(scenario: str, layout: str, args: argparse.Namespace, base: Path) -> dict[str, Any]:
-    mode, rank, expected = SCENARIOS[scenario]
+    mode, which, expected = SCENARIOS[scenario]
     if args.cpu and expected[1] == "nccl-timeout":
         expected = (expected[0], "gloo-timeout", expected[2])
-    script_args = ["--mode", mode, "--rank", str(rank), "--timeout", str(args.timeout)]
+    script_args = ["--mode", mode, *which, "--timeout", str(args.timeout)]
     if args.cpu:
         script_args += ["--backend", "gloo"]
     nodes, per_pod = (1, args.nproc) if layout == "one-pod" else (args.nproc, 1)
@@ -110,6 +118,9 @@ def run(scenario: str, layout: str, args: argparse.Namespace, base: Path) -> dic
     cause = root_cause(candidates)
     klass = classify(cause, [])
     failure = failure_record(cause)
+    if expected[0] is None:
+        first = reports.get(pods[0]["metadata"]["name"]) or {}
+        expected = ((first.get("ranks") or [None])[0], expected[1], expected[2])
     got = (failure.get("rank"), failure.get("kind"), klass)
     return {
         "scenario": scenario,

@@ -1,8 +1,10 @@
-"""The rank that never arrived, end to end on the local cluster (CPU, gloo): rank 1 sleeps
-outside an all-reduce that rank 0 waits in, with a 5 s init_process_group timeout. Rank 0's
-gloo times out; its launcher, and rank 1's in the other pod (its rendezvous store gone), dump
-their workers' stacks; status.failure names rank 1, where it was (file:line), the kind
-gloo-timeout and what rank 0 said. The GPU runs of the same script (NCCL) are
+"""The rank that never arrived, end to end on the local cluster (CPU, gloo): the rank of one
+pod sleeps outside an all-reduce that the other pod's rank waits in, with a 5 s
+init_process_group timeout. The waiting rank's gloo times out and its pod fails; the late
+pod's launcher learns of it (its rendezvous store gone when the late pod is index 1; the
+rendezvous the failed agent closed when it is index 0, the store's host) and dumps its
+workers' stacks; status.failure names the late rank, where it was (file:line), the kind
+gloo-timeout and what the other rank said. The GPU runs of the same script (NCCL) are
 bench/gpu_failures.py's (bench/README.md).
 """
 
@@ -20,10 +22,11 @@ pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
 WORKER = REPO / "bench" / "gpu_fail_worker.py"
 
 
+@pytest.mark.parametrize("late", [1, 0])
 def test_a_gloo_timeout_names_the_rank_outside_the_collective(
-    kube: client.ApiClient, namespace: str
+    kube: client.ApiClient, namespace: str, late: int
 ) -> None:
-    name = "gloo-timeout"
+    name = f"gloo-timeout-{late}"
     docs = jobs.scripted(
         name,
         {WORKER.name: WORKER.read_text()},
@@ -34,8 +37,8 @@ def test_a_gloo_timeout_names_the_rank_outside_the_collective(
             "nccl-timeout",
             "--backend",
             "gloo",
-            "--rank",
-            "1",
+            "--index",
+            str(late),
             "--timeout",
             "5",
             "--sleep",
@@ -53,16 +56,19 @@ def test_a_gloo_timeout_names_the_rank_outside_the_collective(
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=240)
     status: dict[str, Any] = done["status"]
     f = status["failure"]
-    assert (f["rank"], f["kind"], f["reason"]) == (1, "gloo-timeout", "GlooTimeout"), f
-    assert f["index"] == 1 and f["pod"].startswith(f"{name}-1"), f
-    # The line rank 1 sleeps on (bench/gpu_fail_worker.py), from its stacks.
+    rank = int(status["ranks"][late]["globalRanks"])  # the late pod's one rank
+    other = 1 - rank
+    assert (f["rank"], f["kind"], f["reason"]) == (rank, "gloo-timeout", "GlooTimeout"), f
+    assert f["index"] == late and f["pod"].startswith(f"{name}-{late}"), f
+    # The line the late rank sleeps on (bench/gpu_fail_worker.py), from its stacks.
     line = next(
         i + 1
         for i, text in enumerate(WORKER.read_text().splitlines())
         if "time.sleep(args.sleep)" in text
     )
     assert f["location"].endswith(f"{WORKER.name}:{line} in main"), f
-    assert f["message"].startswith(f"rank 1 (pod {f['pod']}) was not in the collective at"), f
-    assert "rank 0 failed" in f["message"] and "Timed out waiting 5000ms" in f["message"], f
+    assert f["message"].startswith(f"rank {rank} (pod {f['pod']}) was not in the collective at"), f
+    assert f"rank {other} failed" in f["message"], f
+    assert "Timed out waiting 5000ms" in f["message"], f
     # Infrastructure (a restart might help), but no budget: the job fails saying so.
     assert status["phase"] == "Failed" and status["counters"]["infrastructureFailures"] == 1

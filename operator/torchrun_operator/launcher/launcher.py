@@ -1344,24 +1344,52 @@ def _failure_text(pf: Any, log_dir: str | None) -> str:
     return read_stderr_tail(stderr_log_path(log_dir, local_rank) if log_dir else None) or ""
 
 
+_handlers: list[Any] = []  # the agent's rendezvous handler, once its run loop started
+
+
+def _failed_key(handler: Any) -> str | None:
+    """The store key an agent whose workers failed sets for the current rendezvous round,
+    before torch closes the rendezvous: the other agents tell that closure from the one after
+    every agent passed the exit barrier (success)."""
+    run_id = getattr(getattr(handler, "_settings", None), "run_id", None)
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    round_ = getattr(state, "round", None)
+    if run_id is None or not isinstance(round_, int):
+        return None
+    return f"torchrun-operator/{run_id}/{round_}/workers-failed"
+
+
+RENDEZVOUS_CLOSED = (
+    "the rendezvous was closed while this node's workers ran: another node's agent ended "
+    "(its workers failed)"
+)
+
+
 def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
-    """Wrap torchrun's process context and run loop: when a worker failed with an error that
-    says communication, or the run loop ended on a lost store, the other workers dump their
-    stacks before torchrun stops them (its process context stops them the moment it sees a
-    failure, before the agent hears of it)."""
+    """Wrap torchrun's process context, run loop and rendezvous handler: when a worker failed
+    with an error that says communication, the run loop ended on a lost store, or another
+    node's agent closed the rendezvous while this node's workers run, the workers still
+    running dump their stacks before torchrun stops them (its process context stops them the
+    moment it sees a failure, before the agent hears of it)."""
     try:
         from torch.distributed.elastic.agent.server import api as agent_api
         from torch.distributed.elastic.multiprocessing import api as mp_api
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+        from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
     except ImportError:
         return
     close = mp_api.PContext.close
     invoke = agent_api.SimpleElasticAgent._invoke_run
+    waiting = rdzv.DynamicRendezvousHandler.num_nodes_waiting
     if getattr(close, "_torchrun_operator", False):
         return
 
     def _close(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
             failures = getattr(self, "_failures", None)
+            key = _failed_key(_handlers[0]) if failures and _handlers else None
+            if key is not None:
+                _handlers[0]._store.set(key, "1")  # before torch closes the rendezvous
             for pf in failures.values() if isinstance(failures, dict) else []:
                 text = _failure_text(pf, log_dir)
                 if is_comm_error(text):
@@ -1373,6 +1401,10 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
 
     def _invoke_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
+            spec = getattr(getattr(self, "_worker_group", None), "spec", None)
+            handler = getattr(spec, "rdzv_handler", None)
+            if handler is not None:
+                _handlers[:] = [handler]
             return invoke(self, *args, **kwargs)
         except Exception as e:
             text = f"{type(e).__name__}: {e}"
@@ -1383,9 +1415,30 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
                     log("cannot dump stacks", error=f"{dump_error}")
             raise
 
+    def num_nodes_waiting(self: Any) -> int:
+        # The agent asks this while its workers are healthy, having synced the rendezvous
+        # state. A closed rendezvous whose round another agent marked failed (above) means
+        # that agent gave up for good: this node's workers wait for a peer that is gone. The
+        # one that is not inside a collective is the one the others waited for: dump, and
+        # end like a lost store. (torch also closes the rendezvous after success, once every
+        # agent passed the exit barrier or a late one's barrier timed out: no mark then.)
+        count = waiting(self)
+        state = getattr(getattr(self, "_state_holder", None), "state", None)
+        if getattr(state, "closed", False) is True:
+            key = _failed_key(self)
+            try:
+                failed = key is not None and bool(self._store.check([key]))
+            except Exception:  # noqa: BLE001 - no store, no verdict: carry on as torch does
+                failed = False
+            if failed:
+                on_comm_failure(sdir, RENDEZVOUS_CLOSED)
+                raise RendezvousClosedError(RENDEZVOUS_CLOSED)
+        return int(count)
+
     _close._torchrun_operator = True  # type: ignore[attr-defined]
     mp_api.PContext.close = _close  # type: ignore[method-assign]
     agent_api.SimpleElasticAgent._invoke_run = _invoke_run  # type: ignore[method-assign]
+    rdzv.DynamicRendezvousHandler.num_nodes_waiting = num_nodes_waiting  # type: ignore[method-assign]
 
 
 def _file_size(path: str) -> int:

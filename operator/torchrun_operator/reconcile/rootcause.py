@@ -234,10 +234,12 @@ def root_cause(candidates: list[Candidate]) -> Candidate:
     # to any other failure in the window, even one stamped later (torchrun stamps a failure
     # without an error file in whole seconds, a recorded error to the millisecond).
     # A worker stopped by SIGTERM is one torchrun stopped because another failed (torch 2.15
-    # reports those too): a consequence as well.
+    # reports those too): a consequence as well, and one that says less than a communication
+    # error (a timeout names the collective that did not complete).
     pool = (
         [c for c in window if c.kind == contract.KIND_EXCEPTION]
         or [c for c in window if not _consequence(c)]
+        or [c for c in window if c.kind == contract.KIND_COMM]
         or window
     )
     cause = min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))

@@ -4,6 +4,9 @@ collective (`stacks`), bounded, and the operator reads them back checked."""
 from __future__ import annotations
 
 import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -61,3 +64,87 @@ def test_stacks_beyond_the_cap_are_cut_and_long_locations_truncated() -> None:
     assert isinstance(got, dict)
     assert len(got["stacks"]) == L.MAX_REPORT_STACKS
     assert all(len(s["at"]) <= podinput.MAX_LOCATION for s in got["stacks"])
+
+
+# ---- the closed rendezvous: a peer's failure, or the end of a successful run -------------
+
+
+class FakeStore:
+    def __init__(self, keys: set[str]) -> None:
+        self.keys = keys
+
+    def check(self, keys: list[str]) -> bool:
+        return all(k in self.keys for k in keys)
+
+
+def fake_handler(closed: bool, keys: set[str]) -> Any:
+    state = SimpleNamespace(closed=closed, round=3, wait_list=set())
+    return SimpleNamespace(
+        _heartbeat_lock=threading.Lock(),
+        _state_holder=SimpleNamespace(sync=lambda: None, state=state),
+        _settings=SimpleNamespace(run_id="uid-0"),
+        _store=FakeStore(keys),
+    )
+
+
+@pytest.fixture
+def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[str]]:
+    """torch's num_nodes_waiting as the launcher wraps it (torch's classes restored after),
+    with the stack dump recorded instead of signalling workers."""
+    from torch.distributed.elastic.agent.server import api as agent_api
+    from torch.distributed.elastic.multiprocessing import api as mp_api
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+
+    for cls, name in (
+        (mp_api.PContext, "close"),
+        (agent_api.SimpleElasticAgent, "_invoke_run"),
+        (rdzv.DynamicRendezvousHandler, "num_nodes_waiting"),
+    ):
+        monkeypatch.setattr(cls, name, getattr(cls, name))
+    monkeypatch.setattr(L, "_comm_dumped", [])
+    monkeypatch.setattr(L, "_comm_stacks", [])
+    dumps: list[str] = []
+
+    def dump(sdir: str, wait: float = 0) -> list[dict[str, Any]]:
+        dumps.append(sdir)
+        return [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
+
+    monkeypatch.setattr(L, "dump_worker_stacks", dump)
+    L._patch_comm_failure_stacks(str(tmp_path), None)
+    return rdzv.DynamicRendezvousHandler.num_nodes_waiting, dumps
+
+
+def test_a_rendezvous_a_failed_peer_closed_ends_this_node_with_its_stacks(
+    waiting: tuple[Any, list[str]],
+) -> None:
+    from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
+
+    num_nodes_waiting, dumps = waiting
+    handler = fake_handler(closed=True, keys={"torchrun-operator/uid-0/3/workers-failed"})
+    with pytest.raises(RendezvousClosedError, match="another node's agent ended"):
+        num_nodes_waiting(handler)
+    assert len(dumps) == 1
+    assert L._comm_stacks == [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
+
+
+def test_a_rendezvous_closed_after_success_or_another_round_changes_nothing(
+    waiting: tuple[Any, list[str]],
+) -> None:
+    num_nodes_waiting, dumps = waiting
+    # closed after every agent passed the exit barrier: no failure mark
+    assert num_nodes_waiting(fake_handler(closed=True, keys=set())) == 0
+    # a failure marked in an earlier round (an in-pod restart followed)
+    assert (
+        num_nodes_waiting(
+            fake_handler(closed=True, keys={"torchrun-operator/uid-0/2/workers-failed"})
+        )
+        == 0
+    )
+    # marked but still open (the failed agent restarts its workers in place)
+    assert (
+        num_nodes_waiting(
+            fake_handler(closed=False, keys={"torchrun-operator/uid-0/3/workers-failed"})
+        )
+        == 0
+    )
+    assert dumps == []

@@ -107,8 +107,9 @@ def test_a_sigterm_torchrun_sent_is_not_the_cause() -> None:
 @pytest.mark.parametrize("run", CPU_RUNS, ids=[f"{r['scenario']}-{r['layout']}" for r in CPU_RUNS])
 def test_captured_cpu_runs_name_the_rank_that_never_arrived(run: dict[str, Any]) -> None:
     """The reports the pods' launchers wrote in bench/gpu_failures.py --cpu, through the
-    reconciler: the gloo timeout names rank 1, asleep outside the all-reduce, with its
-    file:line; the SIGKILL names the killed rank."""
+    reconciler: the gloo timeout names the rank asleep outside the all-reduce, with its
+    file:line, also when it is in the pod holding the rendezvous store (its launcher learns
+    of the failure from the closed rendezvous); the SIGKILL names the killed rank."""
     reports = list(run["reports"].values())
     codes = list(run["exit_codes"].values())
     nodes = len(reports)
@@ -120,11 +121,14 @@ def test_captured_cpu_runs_name_the_rank_that_never_arrived(run: dict[str, Any])
     expected = run["expected"]
     assert (f["rank"], f["kind"]) == (expected["rank"], expected["kind"])
     assert plan.status["phase"] == "Restarting"
-    if run["scenario"] == "nccl-timeout":
-        assert f["location"].endswith("gpu_fail_worker.py:47 in main")
-        assert f["message"].startswith(f"rank 1 (pod {f['pod']}) was not in the collective at")
+    if run["scenario"].startswith("nccl-timeout"):
+        # where the late rank slept (the worker's line when the run was captured)
+        assert f["location"].endswith("gpu_fail_worker.py:60 in main")
+        rank = expected["rank"]
+        assert f["message"].startswith(f"rank {rank} (pod {f['pod']}) was not in the collective at")
         assert "Timed out waiting 3000ms for recv operation" in f["message"]
-        assert f["index"] == (0 if nodes == 1 else 1)
+        late_pod = 0 if nodes == 1 or run["scenario"] == "nccl-timeout-host" else 1
+        assert f["index"] == late_pod
 
 
 def test_without_stacks_the_rank_that_timed_out_is_named() -> None:
