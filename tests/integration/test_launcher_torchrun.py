@@ -190,7 +190,10 @@ def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str]) -> None:
     assert root["error"] == "RuntimeError: rank 3 failed on purpose"
     assert isinstance(root["at"], float) and abs(root["at"] - time.time()) < 120
     assert {f["kind"] for f in other["failures"]} <= {"comm", "signal"}
-    assert other["failures"], other
+    # The other node's workers fail of the lost peer, or, when its agent first finds the
+    # rendezvous the failed agent closed (and marked failed), its agent stops them and says so.
+    closed = "RendezvousClosedError" in str(other.get("message"))
+    assert other["failures"] or closed, other
 
 
 def test_sigkilled_worker_is_a_signal_failure(tmp_path: Path, worker: list[str]) -> None:

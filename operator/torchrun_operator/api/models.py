@@ -816,7 +816,10 @@ class Failure(_Wire):
     exit_code: int | None = None
     """The exit code, if the process exited."""
     kind: str | None = None
-    """exception, signal, comm, exit, rendezvous, launcher, oom, evicted, lost or stalled."""
+    """What failed (docs/failures.md): what the error says, cuda-oom, gpu-device,
+    nccl-timeout, gloo-timeout or nccl-comm, else how the rank or pod ended: exception,
+    signal, comm, exit, rendezvous, launcher, oom (the kernel's OOM killer), evicted, lost or
+    stalled."""
     reason: str | None = None
     """The reason, in one word."""
     message: str | None = None
@@ -828,6 +831,24 @@ class Failure(_Wire):
     location: str | None = None
     """For a hang: where the rank that is not inside a collective is (file:line in function,
     its innermost frame); the full stacks are in the pod's log."""
+
+
+class AvoidedNode(_Wire):
+    """A node the job's next pods keep off (required node affinity), after a failure that was
+    the node's (docs/failures.md)."""
+
+    node: str
+    """The node's name."""
+    reason: str
+    """Why, in one word (GPUDeviceError, NodeLost, DeletionByTaintManager, Evicted...)."""
+    since: str
+    """When the operator decided it (RFC 3339)."""
+    until: str
+    """Until when (RFC 3339); later pods may run there again."""
+    kind: str | None = None
+    """The failure's kind (status.failure.kind)."""
+    index: int | None = None
+    """The index of the pod that failed there."""
 
 
 class RestartRecord(_Wire):
@@ -944,6 +965,10 @@ class JobStatus(_Wire):
     """Training progress of the current attempt, when the pods report it."""
     failure: Failure | None = None
     """The root cause of the latest failure."""
+    avoided_nodes: list[AvoidedNode] | None = None
+    """Nodes the job's pods keep off for a while after a failure that was the node's (a GPU
+    device error, a lost node, an eviction for node pressure), at most a few, newest last;
+    cleared when the job ends (docs/failures.md)."""
     restarts: list[RestartRecord] | None = None
     """The latest restarts, oldest first."""
     counters: Counters | None = None

@@ -114,6 +114,14 @@ class Reason(StrEnum):
     SIGNAL = "Signal"
     COMMUNICATION_ERROR = "CommunicationError"
     NON_ZERO_EXIT = "NonZeroExit"
+    # a failure's reason from what its GPU, NCCL or gloo said (reconcile/failurekinds.py)
+    CUDA_OUT_OF_MEMORY = "CUDAOutOfMemory"
+    GPU_DEVICE_ERROR = "GPUDeviceError"
+    NCCL_TIMEOUT = "NCCLTimeout"
+    GLOO_TIMEOUT = "GlooTimeout"
+    NCCL_ERROR = "NCCLError"
+    # events: the next attempts keep off a node (reconcile/failure/avoid.py)
+    AVOIDING_NODE = "AvoidingNode"
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"

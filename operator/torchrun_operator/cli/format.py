@@ -265,6 +265,27 @@ def format_job_status(job: Obj, now: datetime) -> str:
     if conditions:
         out += ["", "Conditions:", *conditions]
 
+    avoided = [a for a in status.get("avoidedNodes") or [] if isinstance(a, Mapping)]
+    if avoided:
+        out += [
+            "",
+            "Avoided nodes (the job's pods keep off them):",
+            render_table(
+                ["NODE", "REASON", "KIND", "INDEX", "SINCE", "UNTIL"],
+                [
+                    [
+                        a.get("node"),
+                        a.get("reason"),
+                        a.get("kind"),
+                        a.get("index"),
+                        a.get("since"),
+                        a.get("until"),
+                    ]
+                    for a in avoided
+                ],
+            ),
+        ]
+
     restarts = status.get("restarts") or []
     if restarts:
         out += [

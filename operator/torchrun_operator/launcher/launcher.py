@@ -150,6 +150,9 @@ class Summary(_SummaryRequired, total=False):
     round: int  # the rendezvous round groupRank and ranks are from
     omitted: int  # failures dropped to stay under TERMINATION_LIMIT
     checkpoint: dict[str, Any]  # the latest checkpoint the script reported: {step, path}
+    # After a communication failure: the ranks of this node found outside any collective
+    # (`{"rank", "inCollective": false, "at"?}`), the ones the others waited for.
+    stacks: list[dict[str, Any]]
 
 
 # Errors that say "a peer went away or the network failed" rather than "this code raised": a
@@ -337,6 +340,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     if _size(out) <= limit:
         return out
     # 3. Pathological (huge ranks list or message): shrink to nothing, then drop the rest.
+    out.pop("stacks", None)
     for budget in (80, 32, 0):
         if shorten(budget):
             return out
@@ -347,6 +351,8 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
         failures.pop()
         omitted += 1
         out["omitted"] = omitted
+    if _size(out) > limit:  # a checkpoint path of 1024 escaped characters can be 6 KiB
+        out.pop("checkpoint", None)
     if _size(out) > limit:
         out["ranks"] = []
     return out
@@ -362,6 +368,7 @@ def build_summary(
     message: str | None = None,
     step: int | None = None,
     checkpoint: Mapping[str, Any] | None = None,
+    stacks: Sequence[Mapping[str, Any]] = (),
 ) -> Summary:
     summary: Summary = {
         "v": SUMMARY_VERSION,
@@ -377,6 +384,8 @@ def build_summary(
         summary["step"] = step
     if checkpoint is not None:
         summary["checkpoint"] = {"step": checkpoint["step"], "path": checkpoint["path"]}
+    if stacks:
+        summary["stacks"] = [dict(s) for s in stacks]
     return summary
 
 
@@ -1354,6 +1363,150 @@ def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[st
     return sorted(out, key=lambda s: s["rank"] if isinstance(s["rank"], int) else -1)
 
 
+# ---- stacks on a communication failure -----------------------------------------------------
+#
+# When a collective times out or a peer drops out, the rank that failed first is a victim: the
+# cause is the rank that never arrived, still alive somewhere outside the collective. On the
+# first communication failure the agent sees (a worker's error or stderr tail, or its own
+# rendezvous store gone), before torchrun stops the workers, every live worker of this node
+# dumps its stacks; the ranks found outside a collective go into the report (`stacks`).
+
+MAX_REPORT_STACKS = 4  # ranks outside a collective named in the report
+_comm_stacks: list[dict[str, Any]] = []  # what the dump found (once per launcher)
+_comm_dumped: list[bool] = []
+
+
+def report_stacks(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The report's `stacks`: the ranks outside any collective, at most MAX_REPORT_STACKS."""
+    out = []
+    for s in stacks:
+        rank, at = s.get("rank"), s.get("at")
+        if s.get("inCollective") or not isinstance(rank, int) or isinstance(rank, bool):
+            continue
+        entry: dict[str, Any] = {"rank": rank, "inCollective": False}
+        if isinstance(at, str) and at:
+            entry["at"] = truncate_text(at, 256)
+        out.append(entry)
+    return out[:MAX_REPORT_STACKS]
+
+
+def on_comm_failure(sdir: str, why: str) -> None:
+    """The first communication failure: dump the live workers' stacks (once)."""
+    if _comm_dumped:
+        return
+    _comm_dumped.append(True)
+    log("communication failure: dumping the workers' stacks", why=truncate_text(why, 300))
+    _comm_stacks[:] = report_stacks(dump_worker_stacks(sdir))
+
+
+def _failure_text(pf: Any, log_dir: str | None) -> str:
+    """What a failed worker said: its recorded error, else the tail of its stderr."""
+    text = error_text_from_record(getattr(pf, "error_file_data", None))
+    if text:
+        return text
+    local_rank = getattr(pf, "local_rank", None)
+    if not isinstance(local_rank, int):
+        return ""
+    return read_stderr_tail(stderr_log_path(log_dir, local_rank) if log_dir else None) or ""
+
+
+_handlers: list[Any] = []  # the agent's rendezvous handler, once its run loop started
+
+
+def _failed_key(handler: Any) -> str | None:
+    """The store key an agent whose workers failed sets for the current rendezvous round,
+    before torch closes the rendezvous: the other agents tell that closure from the one after
+    every agent passed the exit barrier (success)."""
+    run_id = getattr(getattr(handler, "_settings", None), "run_id", None)
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    round_ = getattr(state, "round", None)
+    if run_id is None or not isinstance(round_, int):
+        return None
+    return f"torchrun-operator/{run_id}/{round_}/workers-failed"
+
+
+RENDEZVOUS_CLOSED = (
+    "the rendezvous was closed while this node's workers ran: another node's agent ended "
+    "(its workers failed)"
+)
+
+
+def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
+    """Wrap torchrun's process context, run loop and rendezvous handler: when a worker failed
+    with an error that says communication, the run loop ended on a lost store, or another
+    node's agent closed the rendezvous while this node's workers run, the workers still
+    running dump their stacks before torchrun stops them (its process context stops them the
+    moment it sees a failure, before the agent hears of it)."""
+    try:
+        from torch.distributed.elastic.agent.server import api as agent_api
+        from torch.distributed.elastic.multiprocessing import api as mp_api
+        from torch.distributed.elastic.rendezvous import dynamic_rendezvous as rdzv
+        from torch.distributed.elastic.rendezvous.api import RendezvousClosedError
+    except ImportError:
+        return
+    close = mp_api.PContext.close
+    invoke = agent_api.SimpleElasticAgent._invoke_run
+    waiting = rdzv.DynamicRendezvousHandler.num_nodes_waiting
+    if getattr(close, "_torchrun_operator", False):
+        return
+
+    def _close(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            failures = getattr(self, "_failures", None)
+            key = _failed_key(_handlers[0]) if failures and _handlers else None
+            if key is not None:
+                _handlers[0]._store.set(key, "1")  # before torch closes the rendezvous
+            for pf in failures.values() if isinstance(failures, dict) else []:
+                text = _failure_text(pf, log_dir)
+                if is_comm_error(text):
+                    on_comm_failure(sdir, text.strip().splitlines()[-1])
+                    break
+        except Exception as e:  # noqa: BLE001 - the dump must never change the run
+            log("cannot dump stacks", error=f"{type(e).__name__}: {e}")
+        close(self, *args, **kwargs)
+
+    def _invoke_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            spec = getattr(getattr(self, "_worker_group", None), "spec", None)
+            handler = getattr(spec, "rdzv_handler", None)
+            if handler is not None:
+                _handlers[:] = [handler]
+            return invoke(self, *args, **kwargs)
+        except Exception as e:
+            text = f"{type(e).__name__}: {e}"
+            if is_comm_error(text):
+                try:
+                    on_comm_failure(sdir, text)
+                except Exception as dump_error:  # noqa: BLE001 - the error must propagate
+                    log("cannot dump stacks", error=f"{dump_error}")
+            raise
+
+    def num_nodes_waiting(self: Any) -> int:
+        # The agent asks this while its workers are healthy, having synced the rendezvous
+        # state. A closed rendezvous whose round another agent marked failed (above) means
+        # that agent gave up for good: this node's workers wait for a peer that is gone. The
+        # one that is not inside a collective is the one the others waited for: dump, and
+        # end like a lost store. (torch also closes the rendezvous after success, once every
+        # agent passed the exit barrier or a late one's barrier timed out: no mark then.)
+        count = waiting(self)
+        state = getattr(getattr(self, "_state_holder", None), "state", None)
+        if getattr(state, "closed", False) is True:
+            key = _failed_key(self)
+            try:
+                failed = key is not None and bool(self._store.check([key]))
+            except Exception:  # noqa: BLE001 - no store, no verdict: carry on as torch does
+                failed = False
+            if failed:
+                on_comm_failure(sdir, RENDEZVOUS_CLOSED)
+                raise RendezvousClosedError(RENDEZVOUS_CLOSED)
+        return int(count)
+
+    _close._torchrun_operator = True  # type: ignore[attr-defined]
+    mp_api.PContext.close = _close  # type: ignore[method-assign]
+    agent_api.SimpleElasticAgent._invoke_run = _invoke_run  # type: ignore[method-assign]
+    rdzv.DynamicRendezvousHandler.num_nodes_waiting = num_nodes_waiting  # type: ignore[method-assign]
+
+
 def _file_size(path: str) -> int:
     try:
         return os.path.getsize(path)
@@ -1816,6 +1969,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     parser = get_args_parser()
     own_log_dir = os.path.join(sdir, LOGS_DIR)
     flags, log_dir = stderr_capture_flags(flags, os.environ, own_log_dir)
+    _patch_comm_failure_stacks(sdir, log_dir)
     if log_dir == own_log_dir:  # the emptyDir outlives the container: drop the last one's logs
         shutil.rmtree(own_log_dir, ignore_errors=True)
     # The placeholder script is replaced below: only the launch configuration is taken from
@@ -1909,6 +2063,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             message=message,
             step=read_step(step_file),
             checkpoint=final_checkpoint(step_file),
+            stacks=_comm_stacks,
         )
     )
     return code

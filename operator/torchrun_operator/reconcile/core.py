@@ -38,6 +38,8 @@ from . import progress as prog
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, Seen, counts, entries, renamed
 from .failure import SETTLE_SECONDS
+from .failure.avoid import nodes as avoided_nodes
+from .failure.avoid import prune as avoid_prune
 from .failure.replace import replacement_of
 from .finish import after_finish, finish
 from .observe import Live, PodView, parse_live, rank_entry, truncate, view
@@ -135,6 +137,7 @@ def reconcile(
             _resume(ctx)
         elif phase == Phase.QUEUED:
             admitted(ctx, waited)
+        avoid_prune(ctx)
         if not _deadline_passed(ctx):
             attempts.follow_spec(ctx)
             if ctx.phase in (Phase.PENDING, Phase.RESTARTING):
@@ -312,7 +315,7 @@ def _start_attempt(ctx: Ctx) -> None:
         return  # pod deletions and the back-off timer trigger the next reconcile
     ranks = []
     for i in range(ctx.spec.nodes):
-        pod = render_pod(ctx.job, i, attempt)
+        pod = render_pod(ctx.job, i, attempt, avoid_nodes=avoided_nodes(ctx))
         ctx.create_pod(pod)
         ranks.append({"index": i, "pod": pod["metadata"]["name"], "phase": RankPhase.CREATING})
     st["ranks"] = ranks
@@ -383,7 +386,8 @@ def _observe(ctx: Ctx) -> None:
         if pod is None:
             if before.get("phase") in (None, RankPhase.CREATING):
                 # Planned but not seen yet (or never planned): (re)create, 409 is fine.
-                ctx.create_pod(render_pod(ctx.job, i, attempt, replacement_of(ctx, i, pod_name)))
+                r = replacement_of(ctx, i, pod_name)
+                ctx.create_pod(render_pod(ctx.job, i, attempt, r, avoided_nodes(ctx)))
                 ranks.append({"index": i, "pod": pod_name, "phase": RankPhase.CREATING})
                 seen.alive.add(i)
             else:

@@ -12,6 +12,7 @@ def finish(ctx: Ctx, phase: Phase, reason: str, message: str) -> None:
     """Succeed or fail the job for good."""
     ctx.set_phase(phase)
     ctx.status["completionTime"] = ctx.stamp
+    ctx.status.pop("avoidedNodes", None)  # released: the job runs no more pods
     ctx.set_cond(ConditionType(phase), True, reason, message)
     ctx.set_cond(ConditionType.RUNNING, False, reason, message)
     if cond.is_true(ctx.conds, ConditionType.RESTARTING):

@@ -13,7 +13,7 @@ from ..api.ranks import format_ranks
 from ..api.status_names import RankPhase, Reason
 from ..api.timefmt import fmt, restamp
 from ..launcher import launcher as contract
-from . import podinput
+from . import failurekinds, podinput
 from .podinput import CheckpointReport, LiveAnswer, Rejected
 
 TERMINAL = ("Succeeded", "Failed")  # pod phases
@@ -289,6 +289,11 @@ def rank_entry(
         failures = report.get("failures")
         if isinstance(failures, list) and failures and isinstance(failures[0], dict):
             entry["reason"] = KIND_REASONS.get(str(failures[0].get("kind")), entry["reason"])
+            says = failurekinds.match(
+                "\n".join(str(failures[0].get(k) or "") for k in ("error", "stderr"))
+            )
+            if says is not None:  # what the GPU, NCCL or gloo said (docs/failures.md)
+                entry["reason"] = says.reason
             if oom_killed_worker(pod, failures[0]):
                 entry["reason"] = OOM_KILLED
             entry["message"] = truncate(str(failures[0].get("error") or "")) or pod.message

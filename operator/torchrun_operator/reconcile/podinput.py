@@ -408,7 +408,24 @@ def _report(data: Mapping[str, Any]) -> contract.Summary:
     if checkpoint is not None:
         out["checkpoint"] = {"step": checkpoint.step, "path": checkpoint.path}
     out.update({k: v for k, v in optional.items() if v is not None})
+    stacks = [_report_stack(s) for s in _list(data, "stacks")[: contract.MAX_REPORT_STACKS]]
+    if stacks:
+        out["stacks"] = stacks
     return cast(contract.Summary, out)
+
+
+def _report_stack(s: object) -> dict[str, Any]:
+    """One rank the launcher found outside any collective after a communication failure."""
+    if not isinstance(s, dict):
+        raise _Refuse("stacks holds a non-object")
+    rank = _int_in(s, "rank", 0, MAX_RANK, "stacks[].")
+    if rank is None:
+        raise _Refuse("stacks[].rank is missing")
+    out: dict[str, Any] = {"rank": rank, "inCollective": s.get("inCollective") is True}
+    at = _str(s, "at", MAX_LOCATION, "stacks[].")
+    if at:
+        out["at"] = at
+    return out
 
 
 def _failure(f: Mapping[str, Any]) -> contract.FailureRecord:

@@ -9,11 +9,14 @@ recorded exception wins over a signal, a communication error or a bare exit code
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..launcher import launcher as contract
+from . import failurekinds
+from .failurekinds import COLLECTIVE_KINDS, FailureKind
 from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate
 from .worker_stderr import failure_message
 
@@ -48,6 +51,21 @@ class Candidate:
     node_rank: int | None = None  # torchrun's node rank of the pod, when known
     location: str | None = None  # a hang: where the rank outside any collective is
     stderr: str | None = None  # the last lines of the worker's stderr, when the launcher sent them
+    # What the failure's text says (reconcile/failurekinds.py): a CUDA out-of-memory, an NCCL
+    # timeout, a device error...; status.failure.kind when set.
+    says: str | None = None
+    # After a communication failure: the ranks of the pod its launcher found outside any
+    # collective, as (rank, "file:line in function" or None).
+    outside: tuple[tuple[int, str | None], ...] = ()
+
+    @property
+    def table(self) -> FailureKind | None:
+        return failurekinds.BY_KIND.get(self.says or "")
+
+    @property
+    def shown_kind(self) -> str:
+        """status.failure.kind: what the text says, else how the rank ended."""
+        return self.says or self.kind
 
 
 def _float(value: object) -> float | None:
@@ -96,6 +114,22 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _says(*texts: object) -> FailureKind | None:
+    return failurekinds.match("\n".join(t for t in texts if isinstance(t, str)))
+
+
+def _outside(report: Mapping[str, Any]) -> tuple[tuple[int, str | None], ...]:
+    stacks = report.get("stacks")
+    out = []
+    for s in stacks if isinstance(stacks, list) else []:
+        if isinstance(s, dict) and not s.get("inCollective"):
+            rank = _int_or_none(s.get("rank"))
+            at = s.get("at")
+            if rank is not None:
+                out.append((rank, at if isinstance(at, str) else None))
+    return tuple(out)
+
+
 def pod_candidates(
     node_index: int, pod: PodView, finished: float | None, now: float
 ) -> list[Candidate]:
@@ -105,6 +139,7 @@ def pod_candidates(
     report: Mapping[str, Any] = pod.report or {}
     state = report.get("state")
     group_rank = _int_or_none(report.get("groupRank"))
+    outside = _outside(report)
     if state in (contract.RENDEZVOUS_TIMEOUT, contract.DNS_TIMEOUT):
         return [
             Candidate(
@@ -125,27 +160,39 @@ def pod_candidates(
         if not isinstance(f, dict):
             continue
         kind = "oom" if oom_killed_worker(pod, f) else _report_kind(f.get("kind"))
+        says = None if kind == "oom" else _says(f.get("error"), f.get("stderr"))
+        reason = OOM_KILLED if kind == "oom" else says.reason if says else _REASONS[kind]
         out.append(
             Candidate(
                 node_index,
                 pod.name,
                 pod.node,
                 kind,
-                OOM_KILLED if kind == "oom" else _REASONS[kind],
+                reason,
                 _float(f.get("at")) or at,
                 rank=_int_or_none(f.get("rank")),
                 exit_code=_int_or_none(f.get("exitCode")),
-                message=truncate(failure_message(f.get("error"), f.get("stderr"))),
+                message=truncate(
+                    failure_message(
+                        f.get("error"),
+                        f.get("stderr"),
+                        says=says.quote(str(f.get("stderr") or "")) if says else None,
+                    )
+                ),
                 node_rank=group_rank,
                 stderr=f.get("stderr") if isinstance(f.get("stderr"), str) else None,
+                says=says.kind if says else None,
+                outside=outside,
             )
         )
     if out:
         return out
     pod_kind = _pod_kind(pod, state, report.get("message"))
+    says = _says(report.get("message")) if pod_kind in (contract.KIND_COMM, "launcher") else None
     reason = (
         pod.disruption
         or pod.reason
+        or (says.reason if says else None)
         or ("LauncherError" if pod_kind == "launcher" else _REASONS.get(pod_kind, "PodFailed"))
     )
     return [
@@ -159,6 +206,8 @@ def pod_candidates(
             exit_code=pod.exit_code,
             message=pod.message,
             node_rank=group_rank,
+            says=says.kind if says else None,
+            outside=outside,
         )
     ]
 
@@ -184,12 +233,69 @@ def root_cause(candidates: list[Candidate]) -> Candidate:
     # A communication error is a consequence of another failure, never its cause: it loses
     # to any other failure in the window, even one stamped later (torchrun stamps a failure
     # without an error file in whole seconds, a recorded error to the millisecond).
+    # A worker stopped by SIGTERM is one torchrun stopped because another failed (torch 2.15
+    # reports those too): a consequence as well, and one that says less than a communication
+    # error (a timeout names the collective that did not complete).
     pool = (
         [c for c in window if c.kind == contract.KIND_EXCEPTION]
-        or [c for c in window if c.kind != contract.KIND_COMM]
+        or [c for c in window if not _consequence(c)]
+        or [c for c in window if c.kind == contract.KIND_COMM]
         or window
     )
-    return min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))
+    cause = min(pool, key=lambda c: (c.at, c.rank if c.rank is not None else 1 << 62, c.node_index))
+    return never_arrived(cause, candidates)
+
+
+_VOICES = (failurekinds.NCCL_TIMEOUT, failurekinds.GLOO_TIMEOUT, failurekinds.NCCL_COMM)
+
+
+def _consequence(c: Candidate) -> bool:
+    return c.kind == contract.KIND_COMM or (
+        c.kind == contract.KIND_SIGNAL and c.exit_code == -signal.SIGTERM
+    )
+
+
+def _collective(c: Candidate) -> bool:
+    """A failure that says a collective did not complete (a timeout, a peer gone)."""
+    return c.says in COLLECTIVE_KINDS or c.kind == contract.KIND_COMM
+
+
+def never_arrived(cause: Candidate, candidates: list[Candidate]) -> Candidate:
+    """When the cause is a collective that did not complete, the rank some launcher found
+    outside any collective is the one the others waited for: it is named instead (the lowest
+    such rank), with where it was and what the first rank to give up said."""
+    if not _collective(cause):
+        return cause
+    found = [(rank, at, c) for c in candidates for rank, at in c.outside if rank != cause.rank]
+    if not found:
+        return cause
+    rank, at, c = min(found, key=lambda f: f[0])
+    # Who gave up and what it said: a timeout says more than a lost connection or store.
+    told = [x for x in candidates if x.says in _VOICES]
+    voice = min(told, key=lambda x: (_VOICES.index(x.says or ""), x.at)) if told else cause
+    text = voice.message or ""
+    said = voice.table.quote(text) if voice.table else None
+    first = said or (text.strip().splitlines()[0] if text.strip() else "")
+    where = f" at {at}" if at else ""
+    gave_up = f"rank {voice.rank}" if voice.rank is not None else f"pod {voice.pod}"
+    message = (
+        f"rank {rank} (pod {c.pod}) was not in the collective{where} when {gave_up} "
+        f"failed: {first or voice.reason} (full stacks in the pod logs)"
+    )
+    says = voice.says or failurekinds.NCCL_COMM
+    return Candidate(
+        node_index=c.node_index,
+        pod=c.pod,
+        node=c.node,
+        kind=cause.kind,
+        reason=voice.reason,
+        at=cause.at,
+        rank=rank,
+        message=truncate(message),
+        node_rank=c.node_rank,
+        location=at,
+        says=says,
+    )
 
 
 def classify(cause: Candidate, retryable_exit_codes: list[int]) -> Class:
@@ -198,6 +304,8 @@ def classify(cause: Candidate, retryable_exit_codes: list[int]) -> Class:
         return "user"
     if cause.exit_code is not None and cause.exit_code in retryable_exit_codes:
         return "infrastructure"
+    if cause.table is not None:
+        return cause.table.klass
     if cause.kind == contract.KIND_EXCEPTION:
         return "user"
     if (

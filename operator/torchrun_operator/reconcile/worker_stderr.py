@@ -44,11 +44,15 @@ def _last_lines(text: str, limit: int) -> str:
     return cut[newline + 1 :] if 0 <= newline < len(cut) - 1 else cut
 
 
-def failure_message(error: object, stderr: object, limit: int = MESSAGE_LIMIT) -> str | None:
+def failure_message(
+    error: object, stderr: object, limit: int = MESSAGE_LIMIT, says: str | None = None
+) -> str | None:
     """A failure record's message: its ``error``; when the record carries a stderr tail (only
     when the worker recorded no error), the hint it calls for on the first line and the tail's
-    last lines below, within ``limit`` characters. The first line stays free of the stderr's
-    own text (crash-loop signatures compare first lines)."""
+    last lines below, within ``limit`` characters. ``says``: the stderr's line that tells what
+    failed (reconcile/failurekinds.py: an NCCL watchdog's timeout, a device error), put on
+    the first line, where the tail's end may have lost it; otherwise the first line stays
+    free of the stderr's own text (crash-loop signatures compare first lines)."""
     text = str(error) if error else ""
     tail = stderr.strip() if isinstance(stderr, str) else ""
     tail = tail[-contract.STDERR_TAIL_LIMIT :]
@@ -56,6 +60,8 @@ def failure_message(error: object, stderr: object, limit: int = MESSAGE_LIMIT) -
         return text or None
     hint = local_rank_hint(tail)
     head = f"{text or 'failed'} ({hint})" if hint else (text or "failed")
+    if says and says not in text:
+        head += f": {says}"
     head += "\nstderr ends:\n"
     if len(head) >= limit:
         return head.rstrip()[:limit]

@@ -10,6 +10,7 @@ anti-affinity is symmetric in kube-scheduler, so their pods stay out of our doma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..api import names
@@ -67,6 +68,26 @@ def placement_terms(
             {"labelSelector": _any_job(), "topologyKey": HOSTNAME_KEY, "namespaceSelector": {}}
         )
     return affinity, anti
+
+
+def avoid_nodes(pod_spec: dict[str, Any], nodes: Sequence[str]) -> None:
+    """Keeps the pod off `nodes` (status.avoidedNodes, reconcile/failure/avoid.py): a required
+    node affinity on the node's name (metadata.name, what the pod's spec.nodeName recorded;
+    the kubernetes.io/hostname label usually equals it but need not). The template's terms
+    stay: the requirement is added to each of its node selector terms (they are ORed, their
+    requirements ANDed), or is the only term."""
+    if not nodes:
+        return
+    requirement = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    node_affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+    selector = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = selector.setdefault("nodeSelectorTerms", [])
+    if not terms:
+        terms.append({})
+    for term in terms:
+        term.setdefault("matchFields", []).append(
+            dict(requirement, values=list(requirement["values"]))
+        )
 
 
 def apply_to_pod(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from ..api import launchcmd, names
@@ -209,12 +210,17 @@ def _quantities_as_strings(container: dict[str, Any]) -> None:
 
 
 def render_pod(
-    job: dict[str, Any], node_index: int, attempt: int, replacement: int = 0
+    job: dict[str, Any],
+    node_index: int,
+    attempt: int,
+    replacement: int = 0,
+    avoid_nodes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The pod for node `node_index` of gang attempt `attempt` (`replacement` > 0 for an
-    elastic replacement within the attempt). The template is deep-copied; only the trainer
-    (first container), volumes, hostname/subdomain and restart policy are changed, and the
-    API token's automount is turned off unless the template decides."""
+    elastic replacement within the attempt), kept off `avoid_nodes` (status.avoidedNodes).
+    The template is deep-copied; only the trainer (first container), volumes,
+    hostname/subdomain and restart policy are changed, and the API token's automount is
+    turned off unless the template decides."""
     spec = job_spec(job)
     job_name = job["metadata"]["name"]
     template = copy.deepcopy(job["spec"]["template"])
@@ -252,4 +258,5 @@ def render_pod(
     # spec.scheduling: the attempt's gang and the placement's affinity terms.
     gang.apply_to_pod(job, spec, metadata, pod_spec)
     placement.apply_to_pod(job, spec, metadata, pod_spec)
+    placement.avoid_nodes(pod_spec, avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

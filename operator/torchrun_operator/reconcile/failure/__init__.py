@@ -8,6 +8,7 @@ policy.
 - `crashloop_policy`: stop restarting an attempt that failed like the one before it.
 - `hang_policy`: hangs no launcher reports (a rendezvous that never completes, stalled progress).
 - `cause`: the root cause as the status and messages show it.
+- `avoid`: after a failure that was the node's, the next pods keep off that node.
 
 `on_failures` and `hung` are the entry points. A gang restart they decide leaves the job
 Restarting; the caller then starts the next attempt (reconcile/core.py).

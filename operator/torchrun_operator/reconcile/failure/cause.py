@@ -20,7 +20,7 @@ def failure_record(cause: Candidate, step: int | None = None) -> dict[str, Any]:
         "pod": cause.pod,
         "node": cause.node,
         "exitCode": cause.exit_code,
-        "kind": cause.kind,
+        "kind": cause.shown_kind,
         "reason": cause.reason,
         "message": cause.message,
         "at": fmt(cause.at),

@@ -9,6 +9,7 @@ from ...render import render_pod
 from .. import crashloop
 from ..context import Ctx, Seen
 from ..rootcause import Candidate, classify
+from . import avoid
 from .cause import failure_record, record_failure
 from .restart import budget_spent, fail_spent
 
@@ -47,12 +48,20 @@ def replace(ctx: Ctx, seen: Seen, cause: Candidate) -> None:
         return
     st["failure"] = failure_record(cause, step)
     by_index = {c.node_index: c for c in seen.candidates}
+    # Before the replacements are rendered: they keep off the nodes that failed them (any
+    # failure of a pod may be the one that blames its node; each node once).
+    blamed: set[str] = set()
+    for c in seen.candidates:
+        node = avoid.blamed_node(c)
+        if c.node_index in seen.failed and node is not None and node not in blamed:
+            blamed.add(node)
+            avoid.avoid(ctx, c)
     for i in sorted(seen.failed):
         old = st["ranks"][i]["pod"]
         # Derived from the status alone (the pod it replaces), never "the next free name":
         # a retry after a lost write must plan the very same pod.
         r = replacement_of(ctx, i, old) + 1
-        pod = render_pod(ctx.job, i, ctx.attempt, r)
+        pod = render_pod(ctx.job, i, ctx.attempt, r, avoid.nodes(ctx))
         new = pod["metadata"]["name"]
         ctx.create_pod(pod)
         st["ranks"][i] = {"index": i, "pod": new, "phase": RankPhase.CREATING}

@@ -16,6 +16,7 @@ from ..context import Ctx
 from ..finish import finish
 from ..observe import truncate
 from ..rootcause import Candidate
+from . import avoid
 from .cause import describe, record_failure
 from .crashloop_policy import crash_loop
 
@@ -56,6 +57,7 @@ def fail_or_restart(ctx: Ctx, cause: Candidate, klass: str) -> None:
     if budget_spent(ctx, 1):
         fail_spent(ctx, cause)
         return
+    avoid.avoid(ctx, cause)  # recorded with the decision: the next attempt keeps off the node
     gang_restart(ctx, cause, step, signature)
 
 
