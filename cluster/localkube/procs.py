@@ -213,12 +213,12 @@ def wait_until(
         time.sleep(interval)
 
 
-def mounts_under(dir: Path) -> list[str]:
-    """Mount points at or below `dir` in our mount namespace, deepest first."""
+def mounts_under(dir: Path, mountinfo: Path = Path("/proc/self/mountinfo")) -> list[str]:
+    """Mount points at or below `dir` in a mount namespace (by default ours), deepest first."""
     root = str(dir.resolve())
     found = []
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        lines = mountinfo.read_text().splitlines()
     except OSError:
         return []
     for line in lines:
@@ -230,6 +230,27 @@ def mounts_under(dir: Path) -> list[str]:
         if point == root or point.startswith(root + "/"):
             found.append(point)
     return sorted(set(found), key=len, reverse=True)
+
+
+def mounted_in_any_namespace(path: Path, proc: Path = Path("/proc")) -> bool:
+    """Whether `path`, or anything below it, is a mount point in any process's mount
+    namespace (each namespace read once). Removing such a directory on the host detaches
+    those mounts in the other namespaces: the pods of another cluster on this host, using a
+    mountpoint this one created, would lose their volume."""
+    seen: set[str] = set()
+    for pid in proc.iterdir():
+        if not pid.name.isdigit():
+            continue
+        try:
+            ns = os.readlink(pid / "ns" / "mnt")
+        except OSError:
+            continue  # gone, or not ours to read
+        if ns in seen:
+            continue
+        seen.add(ns)
+        if mounts_under(path, pid / "mountinfo"):
+            return True
+    return False
 
 
 def unmount_under(dir: Path) -> list[str]:

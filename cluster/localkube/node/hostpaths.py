@@ -1,7 +1,8 @@
 """Host mountpoints the node had to create (bind mounts need an existing target).
 
 Every path created is recorded in `STATE_DIR/created-paths.json`, so a later run or the
-shutdown path removes them again (only if still empty: never anyone else's data).
+shutdown path removes them again (only if still empty: never anyone else's data, and never
+while a mount namespace still mounts on it: another cluster's pods may use the same path).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+
+from ..procs import mounted_in_any_namespace
 
 
 class CreatedPaths:
@@ -46,6 +49,9 @@ class CreatedPaths:
             left = []
             for p in reversed(self.paths):
                 path = Path(p)
+                if mounted_in_any_namespace(path):
+                    left.append(p)  # in use by some pod, this host's or another cluster's
+                    continue
                 try:
                     if path.is_dir() and not path.is_symlink():
                         path.rmdir()
