@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torchrun_operator.api.models import GPU_RESOURCE
-from torchrun_operator.api.names import API_VERSION, KIND, MAX_LABEL_LENGTH
+from torchrun_operator.api.names import (
+    API_VERSION,
+    CLUSTER_RUNTIME_KIND,
+    KIND,
+    MAX_LABEL_LENGTH,
+    RUNTIME_KIND,
+)
 from torchrun_operator.api.status_names import Phase
 from torchrun_operator.cli import format as fmt
 
@@ -64,7 +70,22 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         help='worker processes per pod: a number, or "gpu" for one per GPU (default: the '
         "GPUs, else 1)",
     )
-    p.add_argument("--image", default=DEFAULT_IMAGE, help=f"image with torch ({DEFAULT_IMAGE})")
+    p.add_argument(
+        "--image",
+        help=f"image with torch (default {DEFAULT_IMAGE}, or the runtime's with --runtime)",
+    )
+    p.add_argument(
+        "--runtime",
+        metavar="NAME",
+        help="run on the training runtime NAME (docs/runtimes.md): its pod template, image and "
+        "settings, with only the script, nodes and the flags given here from this command",
+    )
+    p.add_argument(
+        "--runtime-kind",
+        choices=[CLUSTER_RUNTIME_KIND, RUNTIME_KIND],
+        default=CLUSTER_RUNTIME_KIND,
+        help="the runtime's kind (a DistributedTrainingRuntime is in the job's namespace)",
+    )
     p.add_argument("--gpus", type=int, default=0, help="GPUs per pod (nvidia.com/gpu limit)")
     p.add_argument("--name", help="the job's name (default: the script's, and a random suffix)")
     entries = " or ".join(DIR_ENTRY_POINTS)
@@ -146,17 +167,25 @@ def job_object(
 ) -> dict[str, Any]:
     """The DistributedTrainingJob: `nodes` pods run `python <script> ARGS` from the code's
     ConfigMap (a directory's tar is unpacked by an init container into an emptyDir)."""
+    runtime = getattr(args, "runtime", None)
+    image = args.image or (None if runtime else DEFAULT_IMAGE)
     trainer: dict[str, Any] = {
         "name": "trainer",
-        "image": args.image,
         "command": ["python", script, *script_args(args.args)],
         "volumeMounts": [{"name": "code", "mountPath": WORKSPACE}],
     }
+    if image:  # else the runtime's trainer gives it
+        trainer["image"] = image
     if args.gpus:
         trainer["resources"] = {"limits": {GPU_RESOURCE: args.gpus}}
     cm_name = configmap["metadata"]["name"]
     pod: dict[str, Any] = {"containers": [trainer]}
     if "binaryData" in configmap:
+        if image is None:
+            raise RunError(
+                "a directory is unpacked by an init container, which needs an image: "
+                "give --image with --runtime (or ship one script file)"
+            )
         # filter='data' (no absolute paths, no links out) where the image's Python has it.
         unpack = (
             "import tarfile as t;"
@@ -166,7 +195,7 @@ def job_object(
         pod["initContainers"] = [
             {
                 "name": "unpack",
-                "image": args.image,
+                "image": image,
                 "command": ["python", "-c", unpack],
                 "volumeMounts": [
                     {"name": "code", "mountPath": WORKSPACE},
@@ -182,6 +211,8 @@ def job_object(
         trainer["volumeMounts"][0]["readOnly"] = True
         pod["volumes"] = [{"name": "code", "configMap": {"name": cm_name}}]
     spec: dict[str, Any] = {"nodes": args.nodes, "template": {"spec": pod}}
+    if runtime:
+        spec["runtimeRef"] = {"kind": args.runtime_kind, "name": runtime}
     nproc = args.nproc_per_node
     if nproc is not None:
         spec["nprocPerNode"] = nproc if nproc == "gpu" else _positive(nproc, "--nproc-per-node")

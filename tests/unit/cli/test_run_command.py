@@ -125,3 +125,38 @@ def test_the_screen_prints_each_new_progress_line_when_not_a_terminal() -> None:
     screen.log("step 1")
     screen.status("Running 2/2")
     assert err.getvalue() == "Running 1/2\nRunning 2/2\n" and out.getvalue() == "step 1\n"
+
+
+def test_on_a_runtime_the_job_names_it_and_leaves_the_image_to_it(tmp_path: Path) -> None:
+    """`--runtime NAME`: spec.runtimeRef, no image of our own (the runtime's trainer gives it,
+    docs/runtimes.md); merged onto a runtime, the job is valid."""
+    from torchrun_operator.api.models import JobSpec
+    from torchrun_operator.api.runtimemerge import merge
+
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    cm, path = R.code_configmap("t-code", script, None)
+    doc = R.job_object(parse("--runtime", "torch-gpu", "--nodes", "2", str(script)), "t", cm, path)
+    spec = doc["spec"]
+    assert spec["runtimeRef"] == {"kind": "ClusterDistributedTrainingRuntime", "name": "torch-gpu"}
+    assert "image" not in spec["template"]["spec"]["containers"][0]
+    runtime = {"template": {"spec": {"containers": [{"name": "trainer", "image": "rt:1"}]}}}
+    merged = merge(runtime, spec)
+    JobSpec.model_validate(merged)  # what the operator validates: the merged spec
+    assert merged["template"]["spec"]["containers"][0]["image"] == "rt:1"
+    assert merged["template"]["spec"]["containers"][0]["command"][:2] == ["python", path]
+
+    ns = parse("--runtime", "mine", "--runtime-kind", "DistributedTrainingRuntime", str(script))
+    assert R.job_object(ns, "t", cm, path)["spec"]["runtimeRef"]["kind"] == (
+        "DistributedTrainingRuntime"
+    )
+    # --image still wins over the runtime's.
+    own = R.job_object(parse("--runtime", "x", "--image", "me:2", str(script)), "t", cm, path)
+    assert own["spec"]["template"]["spec"]["containers"][0]["image"] == "me:2"
+
+
+def test_a_directory_on_a_runtime_needs_an_image_for_its_unpack_step(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    cm, path = R.code_configmap("t-code", tmp_path, None)
+    with pytest.raises(R.RunError, match="--image"):
+        R.job_object(parse("--runtime", "x", str(tmp_path)), "t", cm, path)
