@@ -1,0 +1,56 @@
+// The local cluster's NetworkPolicy enforcer: sigs.k8s.io/kube-network-policies'
+// pkg/networkpolicy (every packet verdict, its nftables rules and its nfqueue handling) with a
+// command line for a process node on a shared host (cluster/localkube/netpol.py). Upstream's
+// cmd/main.go (v0.8.0) reads only the in-cluster config (a ServiceAccount token at a fixed
+// path) and uses one fixed nftables table, so two clusters on one host would flush each
+// other's rules; this one takes a kubeconfig and a table name. Built by cluster/build.sh
+// (`netpol`) in a wrapper module that requires kube-network-policies and nothing else, so
+// upstream's own pins win.
+package main
+
+import (
+	"context"
+	"flag"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/kube-network-policies/pkg/networkpolicy"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster's API server")
+	node := flag.String("hostname-override", "", "the Node whose pods this enforcer filters")
+	queue := flag.Int("nfqueue-id", 100, "nfqueue number (one per enforcer on the host)")
+	table := flag.String("nftables-table", "kube-network-policies", "nftables table (inet family)")
+	klog.InitFlags(nil)
+	flag.Parse()
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		klog.Fatalf("kubeconfig: %v", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		klog.Fatalf("client: %v", err)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl, err := networkpolicy.NewController(client,
+		factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Namespaces(),
+		factory.Core().V1().Pods(), nil, nil, nil, nil,
+		networkpolicy.Config{QueueID: *queue, NodeName: *node, NFTableName: *table,
+			NRIdisabled: true, NetfilterBug1766Fix: true})
+	if err != nil {
+		klog.Fatalf("controller: %v", err)
+	}
+	factory.Start(ctx.Done())
+	// Run removes its table when ctx ends; an error here (nfqueue) is fatal.
+	if err := ctrl.Run(ctx); err != nil {
+		klog.Fatalf("enforcer: %v", err)
+	}
+}
