@@ -65,7 +65,11 @@ def cluster() -> Iterator[Cluster | ExternalCluster]:
     nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0) if node_package_available() else []
     # A failure raises with the failing component's log tail: every test using the cluster
     # errors with it (pytest caches a session fixture's error), none is skipped.
-    with started_cluster("localkube-", 180, name=unique_cluster_name(), nodes=nodes) as c:
+    # NetworkPolicies enforced (localkube.netpol): every job's policy filters its pods'
+    # traffic, as on a real cluster; test_network_policy_enforced.py proves it.
+    with started_cluster(
+        "localkube-", 180, name=unique_cluster_name(), nodes=nodes, network_policies=True
+    ) as c:
         yield c
 
 
