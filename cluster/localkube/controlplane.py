@@ -231,10 +231,14 @@ class Cluster:
                 raise RuntimeError(f"missing binary {self._bin_dir / b}")
         if not (self._bin_dir / "coredns").exists():
             raise RuntimeError(f"missing binary {self._bin_dir / 'coredns'} (run cluster/build.sh)")
-        if self.network_policies and self.nodes and not netpol.binary(self._bin_dir).exists():
-            raise RuntimeError(
-                f"missing binary {netpol.binary(self._bin_dir)} (run cluster/build.sh netpol)"
-            )
+        if self.network_policies and self.nodes:
+            if not netpol.binary(self._bin_dir).exists():
+                raise RuntimeError(
+                    f"missing binary {netpol.binary(self._bin_dir)} (run cluster/build.sh netpol)"
+                )
+            unsupported = netpol.queue_supported()
+            if unsupported:
+                raise RuntimeError(f"network_policies: {unsupported}")
         for stale in [self.layout.etcd_data, self.layout.certs, self.layout.pki]:
             shutil.rmtree(stale, ignore_errors=True)
         self._claim_bridge()
@@ -390,8 +394,7 @@ class Cluster:
 
     def _start_enforcers(self, timeout: float) -> None:
         """One kube-network-policies per process node (localkube.netpol says why), each ready
-        once its nfqueue has a listener: it has synced the API's pods and policies and written
-        its table by then."""
+        once its table is written and its nfqueue has a listener."""
         exe = netpol.binary(self.bin_dir)
         kubeconfig = self.mint_kubeconfig("kube-network-policies", ["system:masters"])
         started = []
@@ -400,8 +403,13 @@ class Cluster:
             argv = netpol.enforcer_args(exe, kubeconfig, self.net, spec.name, index)
             started.append((name, netpol.queue_id(self.net, index), self._launch(name, argv)))
         for name, queue, proc in started:
+            node = name.removeprefix(netpol.component(""))
             procs.wait_until(
-                name, lambda q=queue: netpol.queue_bound(q), proc, self._log(name), timeout
+                name,
+                lambda q=queue, n=node: netpol.queue_bound(q) and netpol.table_exists(self.net, n),  # type: ignore[misc]
+                proc,
+                self._log(name),
+                timeout,
             )
 
     def _start_real_nodes(self, timeout: float) -> list[subprocess.Popen[bytes]]:

@@ -32,7 +32,13 @@ namespace and labels (docs/security.md).
 
 Fail closed: with no enforcer reading a node's queue, the packets its table sends there are
 dropped. A stopped enforcer removes its table (SIGTERM); one that was killed leaves it, and
-teardown removes it (stale_tables, with `nft`).
+teardown removes it (remove_tables, with `nft`).
+
+The kernel must have nftables' `queue` expression (CONFIG_NFT_QUEUE, module nft_queue): the
+enforcer's table cannot be written without it (netlink answers ENOENT, and the enforcer keeps
+running with no rules at all, filtering nothing). queue_supported asks the kernel first, so a
+cluster asked to enforce on such a host refuses to start instead of pretending; and an
+enforcer counts as ready only once its table is there.
 """
 
 from __future__ import annotations
@@ -109,8 +115,39 @@ def queue_bound(queue: int, proc: Path = NFQUEUE_PROC) -> bool:
         return False
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=30)
+def _run(cmd: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False, timeout=30)
+
+
+# The one expression of the enforcer's table that kernels may lack, in a table that `nft -c`
+# checks with the kernel and never creates.
+QUEUE_PROBE = """\
+table inet localkube-queue-probe {
+  chain postrouting {
+    type filter hook postrouting priority srcnat - 5;
+    meta l4proto tcp queue num 1 bypass
+  }
+}
+"""
+NO_QUEUE = (
+    "this kernel cannot queue packets from nftables (no `queue` expression: CONFIG_NFT_QUEUE, "
+    "module nft_queue), so kube-network-policies cannot write its rules here"
+)
+
+
+def queue_supported() -> str | None:
+    """None when the kernel accepts an nftables `queue` rule; else why not. Needs `nft`."""
+    if shutil.which("nft") is None:
+        return "no `nft` (Debian package nftables) to ask the kernel with"
+    out = _run(["nft", "-c", "-f", "-"], stdin=QUEUE_PROBE)
+    if out.returncode == 0:
+        return None
+    errors = [line.strip() for line in out.stderr.splitlines() if "Error" in line]
+    return f"{NO_QUEUE} (nft -c: {errors[0] if errors else f'exit {out.returncode}'})"
+
+
+def table_exists(net: PodNetwork, node: str, run: Runner = _run) -> bool:
+    return run(["nft", "list", "table", "inet", table_name(net, node)]).returncode == 0
 
 
 def parse_tables(nft_json: str) -> list[str]:

@@ -110,3 +110,11 @@ def test_remove_tables_deletes_this_clusters_tables_only(monkeypatch: pytest.Mon
 
     assert netpol.remove_tables(NET, run) == ["nft table inet localkube-lk-it123-node-0"]
     assert calls[-1] == ["nft", "delete", "table", "inet", "localkube-lk-it123-node-0"]
+
+
+def test_an_enforcer_is_ready_only_once_its_table_is_listed() -> None:
+    def run(answer: int) -> netpol.Runner:
+        return lambda cmd: subprocess.CompletedProcess(cmd, answer, "", "")
+
+    assert netpol.table_exists(NET, "node-0", run(0))
+    assert not netpol.table_exists(NET, "node-0", run(1))
