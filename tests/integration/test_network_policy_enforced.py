@@ -171,7 +171,8 @@ def prober_job(name: str, shared: Path, targets: list[str]) -> list[dict[str, An
 
 def plain_pod(
     name: str, command: list[str], shared: Path, labels: dict[str, str] | None = None
-) -> dict[str, Any]:
+) -> Any:
+    """A Pod manifest (Any: the client's create takes dicts, though its stubs say V1Pod)."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",

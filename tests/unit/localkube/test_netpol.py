@@ -4,6 +4,7 @@ command line, and what is read back from the kernel and from `nft`."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -100,7 +101,7 @@ def test_set_elements_are_the_addresses_listed() -> None:
 
 
 def test_remove_tables_deletes_this_clusters_tables_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(netpol.shutil, "which", lambda _: "/usr/sbin/nft")
+    monkeypatch.setattr(shutil, "which", lambda _: "/usr/sbin/nft")
     calls: list[list[str]] = []
 
     def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
