@@ -42,8 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--network-policies",
         action="store_true",
-        help="enforce NetworkPolicies on the process nodes' pods (kube-network-policies, one per "
-        "node); needs `cluster/build.sh netpol`",
+        help="enforce NetworkPolicies on the process nodes' pods (kube-network-policies fed by "
+        "an iptables NFQUEUE rule); needs `cluster/build.sh netpol` and iptables",
     )
     up.add_argument("--cpu", default="8")
     up.add_argument("--memory", default="32Gi")

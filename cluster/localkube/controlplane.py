@@ -12,8 +12,9 @@ Everything one cluster owns lives under its directory:
     DIR/node/              the process node's state (pods, their logs)
     DIR/realnodes/<name>/  a real node's containerd, kubelet and CNI files (localkube.realnode)
 
-With `network_policies`, each process node's NetworkPolicy enforcer (localkube.netpol) starts
-before the node, so that no pod runs unfiltered; its log is DIR/logs/netpol-<node>.log.
+With `network_policies`, the cluster's NetworkPolicy enforcer (localkube.netpol) and the
+iptables rule that queues packets to it start before the node, so that no pod runs unfiltered;
+its log is DIR/logs/netpol.log.
 """
 
 from __future__ import annotations
@@ -231,14 +232,9 @@ class Cluster:
                 raise RuntimeError(f"missing binary {self._bin_dir / b}")
         if not (self._bin_dir / "coredns").exists():
             raise RuntimeError(f"missing binary {self._bin_dir / 'coredns'} (run cluster/build.sh)")
-        if self.network_policies and self.nodes:
-            if not netpol.binary(self._bin_dir).exists():
-                raise RuntimeError(
-                    f"missing binary {netpol.binary(self._bin_dir)} (run cluster/build.sh netpol)"
-                )
-            unsupported = netpol.queue_supported()
-            if unsupported:
-                raise RuntimeError(f"network_policies: {unsupported}")
+        enforcer = netpol.binary(self._bin_dir)
+        if self.network_policies and self.nodes and not enforcer.exists():
+            raise RuntimeError(f"missing binary {enforcer} (run cluster/build.sh netpol)")
         for stale in [self.layout.etcd_data, self.layout.certs, self.layout.pki]:
             shutil.rmtree(stale, ignore_errors=True)
         self._claim_bridge()
@@ -335,7 +331,7 @@ class Cluster:
         if kubelets:
             t = self._step("real-nodes-started", t)
         if self.network_policies and self.nodes:
-            self._start_enforcers(timeout)
+            self._start_enforcer(timeout)
             t = self._step("netpol", t)
         node = None
         if self.nodes:
@@ -392,25 +388,21 @@ class Cluster:
         finally:
             api_client.close()
 
-    def _start_enforcers(self, timeout: float) -> None:
-        """One kube-network-policies per process node (localkube.netpol says why), each ready
-        once its table is written and its nfqueue has a listener."""
-        exe = netpol.binary(self.bin_dir)
+    def _start_enforcer(self, timeout: float) -> None:
+        """kube-network-policies for the whole cluster (localkube.netpol says why one), ready
+        once its nfqueue has a listener, and the rule that queues new connections to it."""
         kubeconfig = self.mint_kubeconfig("kube-network-policies", ["system:masters"])
-        started = []
-        for index, spec in enumerate(self.nodes):
-            name = netpol.component(spec.name)
-            argv = netpol.enforcer_args(exe, kubeconfig, self.net, spec.name, index)
-            started.append((name, netpol.queue_id(self.net, index), self._launch(name, argv)))
-        for name, queue, proc in started:
-            node = name.removeprefix(netpol.component(""))
-            procs.wait_until(
-                name,
-                lambda q=queue, n=node: netpol.queue_bound(q) and netpol.table_exists(self.net, n),  # type: ignore[misc]
-                proc,
-                self._log(name),
-                timeout,
-            )
+        argv = netpol.enforcer_args(netpol.binary(self.bin_dir), kubeconfig, self.net)
+        netpol.add_queue_rule(self.net)
+        proc = self._launch(netpol.COMPONENT, argv)
+        queue = netpol.queue_id(self.net)
+        procs.wait_until(
+            netpol.COMPONENT,
+            lambda: netpol.queue_bound(queue),
+            proc,
+            self._log(netpol.COMPONENT),
+            timeout,
+        )
 
     def _start_real_nodes(self, timeout: float) -> list[subprocess.Popen[bytes]]:
         """containerd, then the pause image and `images`, then the kubelet, for each real node.
@@ -539,9 +531,9 @@ class Cluster:
                 continue
             # The node cleans up its pods on SIGTERM: give it time to do so.
             procs.stop(pid, grace=30.0 if component == "node" else 10.0)
-            if component == "node":  # its pods are gone: their enforcers go next
-                self._stop_enforcers(pids, marker)
-        self._stop_enforcers(pids, marker)  # a cluster whose node never started
+            if component == "node":  # its pods are gone: their enforcer goes next
+                self._stop_enforcer(pids, marker)
+        self._stop_enforcer(pids, marker)  # a cluster whose node never started
         nets = {self.net}
         if state.get("name") and state.get("base"):
             nets.add(network.PodNetwork(str(state["name"]), int(state["base"])))
@@ -555,7 +547,7 @@ class Cluster:
             if owner != self.dir:
                 continue  # another directory's cluster took this bridge over since
             removed += network.cleanup(net)
-            removed += netpol.remove_tables(net)
+            removed += netpol.remove_queue_rules(net)
             with contextlib.suppress(FileNotFoundError):
                 owner_file.unlink()
         if removed:
@@ -566,11 +558,12 @@ class Cluster:
         if not keep_logs:
             shutil.rmtree(self.layout.logs, ignore_errors=True)
 
-    def _stop_enforcers(self, pids: dict[str, int], marker: str) -> None:
-        """SIGTERM: each removes its table as it exits (remove_tables catches a killed one's)."""
-        for component, pid in pids.items():
-            if component.startswith(netpol.component("")) and self._owned(pid, marker):
-                procs.stop(pid, grace=10.0)
+    def _stop_enforcer(self, pids: dict[str, int], marker: str) -> None:
+        """SIGTERM; its queue rule stays until the bridge goes (packets bypass an unbound
+        queue) and is removed with it, after a kill too."""
+        pid = pids.get(netpol.COMPONENT)
+        if pid is not None and self._owned(pid, marker):
+            procs.stop(pid, grace=10.0)
 
     def _owned(self, pid: int, marker: str) -> bool:
         # Every component's flags name files under DIR; the recorded PID is ours only while
@@ -589,15 +582,14 @@ class Cluster:
             for n in state.get("real_nodes", [])
             for c in ("containerd", "kubelet")
         ]
-        enforcers = (
-            [netpol.component(str(n["name"])) for n in state.get("nodes", [])]
-            if state.get("network_policies")
-            else []
-        )
-        expected = (ORDER if state.get("nodes") else ORDER[:-1]) + real + enforcers
+        enforcing = bool(state.get("network_policies") and state.get("nodes"))
+        enforcer = [netpol.COMPONENT] if enforcing else []
+        expected = (ORDER if state.get("nodes") else ORDER[:-1]) + real + enforcer
         if any(c not in pids or not procs.is_ours(pids[c], str(self.dir)) for c in expected):
             return False
         if not network.link_exists(self.net.bridge):
+            return False
+        if enforcing and not netpol.has_queue_rule(self.net):
             return False
         self._ports = Ports(**state["ports"])
         self._bin_dir = Path(state["bin_dir"])

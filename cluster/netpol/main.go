@@ -1,11 +1,14 @@
 // The local cluster's NetworkPolicy enforcer: sigs.k8s.io/kube-network-policies'
-// pkg/networkpolicy (every packet verdict, its nftables rules and its nfqueue handling) with a
-// command line for a process node on a shared host (cluster/localkube/netpol.py). Upstream's
-// cmd/main.go (v0.8.0) reads only the in-cluster config (a ServiceAccount token at a fixed
-// path) and uses one fixed nftables table, so two clusters on one host would flush each
-// other's rules; this one takes a kubeconfig and a table name. Built by cluster/build.sh
-// (`netpol`) in a wrapper module that requires kube-network-policies and nothing else, so
-// upstream's own pins win.
+// pkg/networkpolicy (every packet verdict, its nfqueue handling) with a command line for a
+// cluster on a shared host (cluster/localkube/netpol.py). Upstream's cmd/main.go (v0.8.0) reads
+// only the in-cluster config (a ServiceAccount token at a fixed path) and uses one fixed
+// nftables table; this one takes a kubeconfig and a table name. localkube queues the packets
+// with an iptables rule of its own and passes a node name that no Node has
+// (localkube.netpol.NO_NODE), so upstream's nftables table, which the kernels of this
+// project's machines cannot hold (no nftables `queue` expression), selects no pod and is
+// written once at start (where it fails, one log line) and never again. Built by
+// cluster/build.sh (`netpol`) in a wrapper module that requires kube-network-policies and
+// nothing else, so upstream's own pins win.
 package main
 
 import (
@@ -24,8 +27,8 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster's API server")
-	node := flag.String("hostname-override", "", "the Node whose pods this enforcer filters")
-	queue := flag.Int("nfqueue-id", 100, "nfqueue number (one per enforcer on the host)")
+	node := flag.String("hostname-override", "", "the Node whose pods go in the nftables set")
+	queue := flag.Int("nfqueue-id", 100, "nfqueue number (one per cluster on the host)")
 	table := flag.String("nftables-table", "kube-network-policies", "nftables table (inet family)")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -49,7 +52,8 @@ func main() {
 		klog.Fatalf("controller: %v", err)
 	}
 	factory.Start(ctx.Done())
-	// Run removes its table when ctx ends; an error here (nfqueue) is fatal.
+	// Run binds the queue once the informers have synced and removes its table when ctx
+	// ends; an error here (nfqueue) is fatal.
 	if err := ctrl.Run(ctx); err != nil {
 		klog.Fatalf("enforcer: %v", err)
 	}

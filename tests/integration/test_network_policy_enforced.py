@@ -1,5 +1,6 @@
 """The per-job NetworkPolicy, enforced with real packets on the local cluster's process nodes
-(kube-network-policies, localkube.netpol; docs/security.md).
+(kube-network-policies, fed by localkube's iptables NFQUEUE rule: localkube.netpol;
+docs/security.md).
 
 One job is probed while it runs: its pods have trained (gloo all-reduce) and then hold their
 ports open, waiting for a file the test writes once the probes are done. While they wait:
@@ -13,12 +14,13 @@ ports open, waiting for a file the test writes once the probes are done. While t
 - the job's own pods, released, open new connections to pod 0's rendezvous and status ports
   and a new gloo group (new connections on ephemeral ports), and the job succeeds.
 
-Probes start only once the pods' enforcers list the pods' addresses (their nftables sets): the
-enforcer learns a pod's address from the API, and until then it does not filter the pod.
+Probes start only once the enforcer is bound to its queue and judges the victim's pods: the
+queue lets packets pass while nobody reads it (fail open), and the enforcer learns a pod's
+address from the API. A connection from a host process that is not root, which no policy
+admits, is dropped once both hold; the queue is still bound after the probes.
 
-Skipped, saying why, where the session's cluster enforces nothing: a kernel without nftables'
-`queue` expression (CONFIG_NFT_QUEUE), such as this project's machines' (docs/install.md).
-Run there without enforcement, every probe connects.
+Fails, not skips, where the session's cluster enforces nothing (the enforcer not built:
+`cluster/build.sh netpol`, part of `all`).
 """
 
 from __future__ import annotations
@@ -230,8 +232,9 @@ def other_namespace(kube: client.ApiClient) -> Iterator[str]:
 def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
     kube: client.ApiClient, namespace: str, other_namespace: str, cluster: Any, tmp_path: Path
 ) -> None:
-    if not cluster.network_policies:
-        pytest.skip(f"the session's cluster enforces no NetworkPolicy: {netpol.queue_supported()}")
+    if not getattr(cluster, "network_policies", False):
+        pytest.fail("the session's cluster enforces no NetworkPolicy: run cluster/build.sh netpol")
+    queue = netpol.queue_id(cluster.net)
     core = client.CoreV1Api(kube)
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -255,23 +258,19 @@ def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
 
     pods = wait_for("the victim's pods to train and wait", victims_waiting, timeout=180)
     ips = {int(p.metadata.labels["torchrun.dev/index"]): p.status.pod_ip for p in pods}
-    nodes = {p.spec.node_name for p in pods}
     server_ip = wait_for("the server pod", lambda: running_ip(core, namespace, "server"), 60)
 
+    assert netpol.queue_bound(queue), f"no enforcer reads queue {queue}"
+
     def filtered() -> bool:
-        enforced: set[str] = set()
-        for node in nodes:
-            enforced |= netpol.enforced_ips(cluster.net, node)
-        return set(ips.values()) <= enforced
+        return all(connect_as(65534, ip, STATUS_PORT) == "timeout" for ip in ips.values())
 
-    wait_for("the enforcers to filter the victim's pods", filtered, timeout=60)
+    # A process of another user on the host is refused: no policy admits the node's address.
     # From here on every new connection to the victim's pods is judged by its policy.
-
-    # The host's root (the operator's path: it runs on the node) reaches the status port; a
-    # process of another user on the same host does not (no policy admits the node's address:
-    # what admits the operator here is the enforcer's rule for the node's root sockets).
+    wait_for("the enforcer to judge the victim's pods", filtered, timeout=60)
+    # The host's root (the operator's path: it runs on the node) reaches the status port: what
+    # admits it here is the exemption of the host root's sockets (localkube.netpol).
     assert connect_as(0, ips[0], STATUS_PORT) == "open"
-    assert connect_as(65534, ips[0], STATUS_PORT) == "timeout"
 
     targets = [
         f"{ips[0]}:{RDZV_PORT}",
@@ -297,6 +296,7 @@ def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
         return {p: json.loads(f.read_text()) for p, f in found.items()}
 
     probed = wait_for("the probes", results, timeout=120)
+    assert netpol.queue_bound(queue), "the enforcer stopped during the probes"
     for prober, result in probed.items():
         assert result == {
             targets[0]: "timeout",
