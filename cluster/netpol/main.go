@@ -42,12 +42,19 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// NRI stays on, as upstream's default: v0.8.0 with NRIdisabled has no NRI plugin and
+	// dereferences it (nil) for the first packet from an address no pod has (the host's).
+	// This cluster has no NRI runtime, and the enforcer must not register with the host's
+	// (/var/run/nri/nri.sock): a socket that is no file descriptor makes the plugin's
+	// connect fail at once (one log line, "nri plugin exited"), and it looks pods up in the
+	// API alone.
+	os.Setenv("NRI_PLUGIN_SOCKET", "none: the local cluster has no NRI runtime")
 	factory := informers.NewSharedInformerFactory(client, 0)
 	ctrl, err := networkpolicy.NewController(client,
 		factory.Networking().V1().NetworkPolicies(), factory.Core().V1().Namespaces(),
 		factory.Core().V1().Pods(), nil, nil, nil, nil,
 		networkpolicy.Config{QueueID: *queue, NodeName: *node, NFTableName: *table,
-			NRIdisabled: true, NetfilterBug1766Fix: true})
+			NetfilterBug1766Fix: true})
 	if err != nil {
 		klog.Fatalf("controller: %v", err)
 	}
