@@ -7,6 +7,7 @@
 # module with ./staging/...), so a wrapper module requires it and replaces each staging module
 # with its published v0.Y.Z, derived from the release's own go.mod.
 set -euo pipefail
+BUILD_SCRIPT=$(realpath "$0")
 
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -19,12 +20,14 @@ TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 KIND_VERSION=${KIND_VERSION:-v0.33.0}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
+KUBE_NETWORK_POLICIES_VERSION=${KUBE_NETWORK_POLICIES_VERSION:-v0.8.0}
 # kind's storage default; v0.0.30 is the newest version the module proxy serves (kind v0.33.0
 # builds v0.0.34 from GitHub).
 LOCAL_PATH_PROVISIONER_VERSION=${LOCAL_PATH_PROVISIONER_VERSION:-v0.0.30}
 CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
 # core: control plane + coredns + helm; kubelet: core + the real node's kubelet and pause;
-# kueue: core + kueue; trainer: core + Kubeflow Trainer v2 and JobSet; all: all of those, kwok
+# kueue: core + kueue; trainer: core + Kubeflow Trainer v2 and JobSet; netpol: core +
+# kube-network-policies (the process node's NetworkPolicy enforcer); all: all of those, kwok
 # and training-operator; kind: core + kubelet, pause and what a kind node image needs besides
 # (hack/kind-node-image.sh): kubeadm, kube-proxy, kubectl, crictl, local-path-provisioner, and
 # kind itself.
@@ -52,8 +55,10 @@ expected() {
     kubelet) echo "$core kubelet pause" ;;
     kueue) echo "$core kueue-$KUEUE_VERSION" ;;
     trainer) echo "$core trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION" ;;
+    netpol) echo "$core kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION" ;;
     all) echo "$core kubelet pause kwok training-operator-$TRAINING_OPERATOR_VERSION" \
-      "trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION kueue-$KUEUE_VERSION" ;;
+      "trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION kueue-$KUEUE_VERSION" \
+      "kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION" ;;
     kind) echo "$core kubelet pause kubeadm kube-proxy kubectl crictl local-path-provisioner" \
       "kind-$KIND_VERSION" ;;
   esac
@@ -228,6 +233,23 @@ build_jobset() {
     sigs.k8s.io/jobset "-X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION"
 }
 
+# The process node's NetworkPolicy enforcer: kube-network-policies' pkg/networkpolicy with the
+# command in cluster/netpol/main.go (it says why not upstream's cmd), in a wrapper module that
+# requires the release and nothing else, so its own pins win.
+build_netpol() {
+  local bin="kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION"
+  have "$bin" && return
+  log "sigs.k8s.io/kube-network-policies@$KUBE_NETWORK_POLICIES_VERSION"
+  local dir="$CACHE/src/$bin"
+  mkdir -p "$dir"
+  cp "$(dirname "$BUILD_SCRIPT")/netpol/main.go" "$dir/main.go"
+  cd "$dir"
+  printf 'module localkube/netpolbin\n\ngo 1.24.0\n' > go.mod
+  go get "sigs.k8s.io/kube-network-policies@$KUBE_NETWORK_POLICIES_VERSION" >&2
+  go mod tidy >&2
+  go build -trimpath -ldflags "-s -w" -o "$BIN/$bin" . >&2
+}
+
 gobin_install() {  # name pkg@version
   have "$1" && return
   log "$2"
@@ -281,6 +303,9 @@ if [ "$WHAT" = kind ]; then
     gobin_install kind "sigs.k8s.io/kind@$KIND_VERSION"
     mv "$BIN/kind" "$BIN/kind-$KIND_VERSION"
   fi
+fi
+if [ "$WHAT" = all ] || [ "$WHAT" = netpol ]; then
+  build_netpol
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = kueue ]; then
   # Kueue's manager (queues and quota admission, tests/integration/test_kueue.py). Like the

@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="an image of the local Docker engine to load onto the real nodes (repeatable)",
     )
+    up.add_argument(
+        "--network-policies",
+        action="store_true",
+        help="enforce NetworkPolicies on the process nodes' pods (kube-network-policies fed by "
+        "an iptables NFQUEUE rule); needs `cluster/build.sh netpol` and iptables",
+    )
     up.add_argument("--cpu", default="8")
     up.add_argument("--memory", default="32Gi")
     up.add_argument("--timeout", type=float, default=180.0)
@@ -54,12 +60,20 @@ def main(argv: list[str] | None = None) -> int:
     nodes = None
     real_nodes = None
     images = None
+    network_policies = False
     if args.cmd == "up":
+        network_policies = args.network_policies
         nodes = default_nodes(args.nodes, args.cpu, args.memory, args.gpus_per_node)
         real_nodes = default_real_nodes(args.real_nodes)
         images = args.image
     cluster = Cluster(
-        args.dir, name=args.name, base=args.base, nodes=nodes, real_nodes=real_nodes, images=images
+        args.dir,
+        name=args.name,
+        base=args.base,
+        nodes=nodes,
+        real_nodes=real_nodes,
+        images=images,
+        network_policies=network_policies,
     )
     if args.cmd == "up":
         t0 = time.monotonic()

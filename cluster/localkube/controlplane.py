@@ -11,6 +11,10 @@ Everything one cluster owns lives under its directory:
     DIR/state.json         name, base, ports, bin dir, nodes
     DIR/node/              the process node's state (pods, their logs)
     DIR/realnodes/<name>/  a real node's containerd, kubelet and CNI files (localkube.realnode)
+
+With `network_policies`, the cluster's NetworkPolicy enforcer (localkube.netpol) and the
+iptables rule that queues packets to it start before the node, so that no pod runs unfiltered;
+its log is DIR/logs/netpol.log.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from localkube import components, network, pki, procs, realnode, realnode_host
+from localkube import components, netpol, network, pki, procs, realnode, realnode_host
 from localkube.components import Layout, NodeSpec, Ports
 from localkube.kubeconfig import render_kubeconfig, write_kubeconfig
 from localkube.pki import PkiPaths
@@ -87,11 +91,14 @@ class Cluster:
         real_nodes: list[RealNodeSpec] | None = None,
         images: list[str] | None = None,
         die_with_parent: bool = False,
+        network_policies: bool = False,
     ) -> None:
         """`die_with_parent`: the components get SIGTERM when the calling thread exits (for
         test sessions; the CLI leaves them running). `real_nodes`: kubelets with containerd
         beside the process node's nodes (localkube.realnode); `images`: images of the local
-        Docker engine loaded onto each of them."""
+        Docker engine loaded onto each of them. `network_policies`: NetworkPolicies are
+        enforced on the process node's pods (localkube.netpol; needs `cluster/build.sh
+        netpol`); off, they are stored and nothing filters traffic."""
         self.dir = Path(dir).resolve()
         self.die_with_parent = die_with_parent
         self.name = name
@@ -102,6 +109,7 @@ class Cluster:
         self.nodes = nodes
         self.real_nodes = list(real_nodes or [])
         self.images = list(images or [])
+        self.network_policies = network_policies
         self.layout = Layout(self.dir)
         self._bin_dir: Path | None = None
         self._ports: Ports | None = None
@@ -192,7 +200,9 @@ class Cluster:
         one (crashed, half started) is cleaned away first."""
         t0 = time.monotonic()
         self.timings = {}
-        if self.healthy():
+        # A healthy cluster with the other NetworkPolicy setting is started afresh.
+        same = bool(self._read_state().get("network_policies")) == self.network_policies
+        if same and self.healthy():
             self.timings["reuse"] = time.monotonic() - t0
             log.info("cluster %s in %s is already up", self.name, self.dir)
             return self
@@ -222,6 +232,9 @@ class Cluster:
                 raise RuntimeError(f"missing binary {self._bin_dir / b}")
         if not (self._bin_dir / "coredns").exists():
             raise RuntimeError(f"missing binary {self._bin_dir / 'coredns'} (run cluster/build.sh)")
+        enforcer = netpol.binary(self._bin_dir)
+        if self.network_policies and self.nodes and not enforcer.exists():
+            raise RuntimeError(f"missing binary {enforcer} (run cluster/build.sh netpol)")
         for stale in [self.layout.etcd_data, self.layout.certs, self.layout.pki]:
             shutil.rmtree(stale, ignore_errors=True)
         self._claim_bridge()
@@ -240,6 +253,7 @@ class Cluster:
                     "bin_dir": str(self._bin_dir),
                     "nodes": [n.to_json() for n in self.nodes],
                     "real_nodes": [n.to_json() for n in self.real_nodes],
+                    "network_policies": self.network_policies,
                 },
                 indent=1,
             )
@@ -316,6 +330,9 @@ class Cluster:
         kubelets = self._start_real_nodes(timeout) if self.real_nodes else []
         if kubelets:
             t = self._step("real-nodes-started", t)
+        if self.network_policies and self.nodes:
+            self._start_enforcer(timeout)
+            t = self._step("netpol", t)
         node = None
         if self.nodes:
             env = dict(os.environ)
@@ -370,6 +387,22 @@ class Cluster:
                 t = self._step("real-nodes-ready", t)
         finally:
             api_client.close()
+
+    def _start_enforcer(self, timeout: float) -> None:
+        """kube-network-policies for the whole cluster (localkube.netpol says why one), ready
+        once its nfqueue has a listener, and the rule that queues new connections to it."""
+        kubeconfig = self.mint_kubeconfig("kube-network-policies", ["system:masters"])
+        argv = netpol.enforcer_args(netpol.binary(self.bin_dir), kubeconfig, self.net)
+        netpol.add_queue_rule(self.net)
+        proc = self._launch(netpol.COMPONENT, argv)
+        queue = netpol.queue_id(self.net)
+        procs.wait_until(
+            netpol.COMPONENT,
+            lambda: netpol.queue_bound(queue),
+            proc,
+            self._log(netpol.COMPONENT),
+            timeout,
+        )
 
     def _start_real_nodes(self, timeout: float) -> list[subprocess.Popen[bytes]]:
         """containerd, then the pause image and `images`, then the kubelet, for each real node.
@@ -498,6 +531,9 @@ class Cluster:
                 continue
             # The node cleans up its pods on SIGTERM: give it time to do so.
             procs.stop(pid, grace=30.0 if component == "node" else 10.0)
+            if component == "node":  # its pods are gone: their enforcer goes next
+                self._stop_enforcer(pids, marker)
+        self._stop_enforcer(pids, marker)  # a cluster whose node never started
         nets = {self.net}
         if state.get("name") and state.get("base"):
             nets.add(network.PodNetwork(str(state["name"]), int(state["base"])))
@@ -511,6 +547,7 @@ class Cluster:
             if owner != self.dir:
                 continue  # another directory's cluster took this bridge over since
             removed += network.cleanup(net)
+            removed += netpol.remove_queue_rules(net)
             with contextlib.suppress(FileNotFoundError):
                 owner_file.unlink()
         if removed:
@@ -520,6 +557,13 @@ class Cluster:
             self.layout.pids.unlink()
         if not keep_logs:
             shutil.rmtree(self.layout.logs, ignore_errors=True)
+
+    def _stop_enforcer(self, pids: dict[str, int], marker: str) -> None:
+        """SIGTERM; its queue rule stays until the bridge goes (packets bypass an unbound
+        queue) and is removed with it, after a kill too."""
+        pid = pids.get(netpol.COMPONENT)
+        if pid is not None and self._owned(pid, marker):
+            procs.stop(pid, grace=10.0)
 
     def _owned(self, pid: int, marker: str) -> bool:
         # Every component's flags name files under DIR; the recorded PID is ours only while
@@ -538,10 +582,14 @@ class Cluster:
             for n in state.get("real_nodes", [])
             for c in ("containerd", "kubelet")
         ]
-        expected = (ORDER if state.get("nodes") else ORDER[:-1]) + real
+        enforcing = bool(state.get("network_policies") and state.get("nodes"))
+        enforcer = [netpol.COMPONENT] if enforcing else []
+        expected = (ORDER if state.get("nodes") else ORDER[:-1]) + real + enforcer
         if any(c not in pids or not procs.is_ours(pids[c], str(self.dir)) for c in expected):
             return False
         if not network.link_exists(self.net.bridge):
+            return False
+        if enforcing and not netpol.has_queue_rule(self.net):
             return False
         self._ports = Ports(**state["ports"])
         self._bin_dir = Path(state["bin_dir"])

@@ -20,8 +20,9 @@ import pytest
 from docker_fixtures import docker_engine  # noqa: F401  (fixture for the Docker tests)
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from localkube import netpol
 from localkube.components import default_nodes
-from localkube.controlplane import Cluster, node_package_available
+from localkube.controlplane import Cluster, find_bin_dir, node_package_available
 from localkube.testing import (
     ExternalCluster,
     create_namespace,
@@ -65,7 +66,13 @@ def cluster() -> Iterator[Cluster | ExternalCluster]:
     nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0) if node_package_available() else []
     # A failure raises with the failing component's log tail: every test using the cluster
     # errors with it (pytest caches a session fixture's error), none is skipped.
-    with started_cluster("localkube-", 180, name=unique_cluster_name(), nodes=nodes) as c:
+    # NetworkPolicies enforced (localkube.netpol) wherever its enforcer is built (`make test`
+    # builds it: cluster/build.sh all): every job's policy filters its pods' traffic, as on a
+    # real cluster, and test_network_policy_enforced.py proves it (and fails where it is not).
+    enforce = nodes != [] and netpol.binary(find_bin_dir()).exists()
+    with started_cluster(
+        "localkube-", 180, name=unique_cluster_name(), nodes=nodes, network_policies=enforce
+    ) as c:
         yield c
 
 

@@ -1,0 +1,382 @@
+"""The per-job NetworkPolicy, enforced with real packets on the local cluster's process nodes
+(kube-network-policies, fed by localkube's iptables NFQUEUE rule: localkube.netpol;
+docs/security.md).
+
+One job is probed while it runs: its pods have trained (gloo all-reduce) and then hold their
+ports open, waiting for a file the test writes once the probes are done. While they wait:
+
+- a pod of another job (a real DistributedTrainingJob) and a pod of another namespace that
+  carries the job's own label try the rendezvous port of pod 0 and the status ports of both
+  pods: every connection times out (the SYN is dropped), while the same probers reach an
+  unprotected server pod, so the network itself works for them;
+- the operator, which reads the status port from the host, keeps the job's live progress
+  current: steps the launchers reported after enforcement began reach the job's status;
+- the job's own pods, released, open new connections to pod 0's rendezvous and status ports
+  and a new gloo group (new connections on ephemeral ports), and the job succeeds.
+
+Probes start only once the enforcer is bound to its queue and judges the victim's pods: the
+queue lets packets pass while nobody reads it (fail open), and the enforcer learns a pod's
+address from the API. A connection from a host process that is not root, which no policy
+admits, is dropped once both hold; the queue is still bound after the probes.
+
+Then, on a second short-lived cluster: a killed enforcer unbinds its queue and makes the
+cluster stale, and the queue rule goes with the cluster all the same.
+
+Both fail, not skip, where the session's cluster enforces nothing (the enforcer not
+built: `cluster/build.sh netpol`, part of `all`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jobs
+import pytest
+from dtj import IMAGE, SMALL, apply, get_job, job_pods, wait_for, wait_phase
+from kubernetes import client
+from localkube import netpol, procs
+from localkube.components import default_nodes
+from localkube.controlplane import Cluster
+from localkube.testing import create_namespace, namespace_name, pick_base
+
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
+
+RDZV_PORT = 29400
+STATUS_PORT = 29401
+SERVER_PORT = 8080
+# How long a prober waits for a connection. A dropped SYN is retried by the kernel and never
+# answered, so a refused port shows as "timeout"; an open one answers within milliseconds.
+CONNECT_TIMEOUT = 8.0
+
+# The victim: trains a few steps, then counts steps (the progress file the launcher serves on
+# its status port) until the test writes /shared/release; then, with enforcement on, opens new
+# connections to pod 0's ports and a new gloo group, and finishes.
+VICTIM = """\
+import os, socket, time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(32, 4), torch.randn(32, 1)
+losses = []
+for step in range(10):
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world
+    opt.step()
+    losses.append(loss.item())
+assert losses[-1] < losses[0], losses
+print(f"rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+progress = os.environ["TORCHRUN_OPERATOR_PROGRESS_FILE"]
+step = 0
+while not os.path.exists("/shared/release"):
+    step += 1
+    if os.environ["LOCAL_RANK"] == "0":
+        with open(progress + ".tmp", "w") as f:
+            f.write(f"{step}\\n")
+        os.replace(progress + ".tmp", progress)
+    time.sleep(0.5)
+
+# Enforced now: new connections from this job's pods to pod 0's ports pass.
+pod0 = os.environ["POD0"]
+for port in (int(os.environ["RDZV_PORT"]), int(os.environ["STATUS_PORT"])):
+    socket.create_connection((pod0, port), timeout=30).close()
+group = dist.new_group(backend="gloo")  # new gloo connections, on ephemeral ports
+t = torch.ones(1)
+dist.all_reduce(t, group=group)
+assert t.item() == world, t
+print(f"rank {rank}: reached {pod0} {os.environ['RDZV_PORT']},{os.environ['STATUS_PORT']}"
+      f" and all-reduced on a new group", flush=True)
+dist.destroy_process_group()
+"""
+
+# A prober: tries each target, writes {target: "open"|"refused"|"timeout"} to /shared/<name>.
+PROBE = """\
+import json, socket, sys, threading
+name, timeout, targets = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+result = {}
+
+def probe(target):
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+        result[target] = "open"
+    except socket.timeout:
+        result[target] = "timeout"
+    except ConnectionRefusedError:
+        result[target] = "refused"
+    except OSError as e:
+        result[target] = f"error: {e}"
+
+threads = [threading.Thread(target=probe, args=(t,)) for t in targets]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+with open(f"/shared/{name}.tmp", "w") as f:
+    json.dump(result, f)
+import os
+os.replace(f"/shared/{name}.tmp", f"/shared/{name}")
+"""
+
+
+def shared_volume(path: Path) -> dict[str, Any]:
+    return {"name": "shared", "hostPath": {"path": str(path), "type": "Directory"}}
+
+
+def victim_job(name: str, shared: Path) -> list[dict[str, Any]]:
+    env = {"POD0": f"{name}-0.{name}", "RDZV_PORT": str(RDZV_PORT), "STATUS_PORT": str(STATUS_PORT)}
+    docs = jobs.scripted(
+        name,
+        {"train.py": VICTIM},
+        ["python", "/workspace/train.py"],
+        nodes=2,
+        nproc=1,
+        image=IMAGE,
+        trainer={"env": [{"name": k, "value": v} for k, v in env.items()], "resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 3},
+        rendezvous={"port": RDZV_PORT, "joinTimeoutSeconds": 120},
+        failurePolicy={"maxRestarts": 0},
+        runPolicy={"cleanPodPolicy": "KeepAll"},
+    )
+    jobs.mount(docs[1], shared_volume(shared), "/shared")
+    return docs
+
+
+def probe_args(name: str, targets: list[str]) -> list[str]:
+    """The prober's command; the test writes PROBE to the shared folder first."""
+    return ["python", "/shared/probe.py", name, str(CONNECT_TIMEOUT), *targets]
+
+
+def prober_job(name: str, shared: Path, targets: list[str]) -> list[dict[str, Any]]:
+    """A pod of another job: a one-pod DistributedTrainingJob whose worker probes."""
+    doc = jobs.job(
+        name,
+        nodes=1,
+        nproc=1,
+        image=IMAGE,
+        command=probe_args(name, targets),
+        trainer={"resources": SMALL},
+        pod={"terminationGracePeriodSeconds": 2},
+        failurePolicy={"maxRestarts": 0},
+    )
+    return [jobs.mount(doc, shared_volume(shared), "/shared")]
+
+
+def plain_pod(
+    name: str, command: list[str], shared: Path, labels: dict[str, str] | None = None
+) -> Any:
+    """A Pod manifest (Any: the client's create takes dicts, though its stubs say V1Pod)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 2,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "python:3.11",
+                    "command": command,
+                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+                }
+            ],
+            "volumes": [shared_volume(shared)],
+        },
+    }
+
+
+def running_ip(core: client.CoreV1Api, namespace: str, name: str) -> str | None:
+    pod: Any = core.read_namespaced_pod(name, namespace)
+    return pod.status.pod_ip if pod.status.phase == "Running" else None
+
+
+def connect_as(uid: int, ip: str, port: int) -> str:
+    """A connection from the host by a process of this uid: "open" or "timeout"/"refused"."""
+    pid = os.fork()
+    if pid == 0:  # the child: no threads, no Python cleanup; its exit code is the answer
+        code = 1
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            socket.create_connection((ip, port), timeout=CONNECT_TIMEOUT).close()
+            code = 0
+        except TimeoutError:
+            code = 2
+        except ConnectionRefusedError:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {0: "open", 2: "timeout", 3: "refused"}.get(os.waitstatus_to_exitcode(status), "error")
+
+
+@pytest.fixture
+def other_namespace(kube: client.ApiClient) -> Iterator[str]:
+    name = namespace_name("netpol-other")
+    create_namespace(kube, name)
+    yield name
+    client.CoreV1Api(kube).delete_namespace(name)
+
+
+def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
+    kube: client.ApiClient, namespace: str, other_namespace: str, cluster: Any, tmp_path: Path
+) -> None:
+    if not getattr(cluster, "network_policies", False):
+        pytest.fail("the session's cluster enforces no NetworkPolicy: run cluster/build.sh netpol")
+    queue = netpol.queue_id(cluster.net)
+    core = client.CoreV1Api(kube)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "probe.py").write_text(PROBE)
+    name = "victim"
+
+    # An unprotected server: no policy selects it, so every prober must reach it.
+    server = plain_pod(
+        "server", ["python", "-m", "http.server", str(SERVER_PORT), "--bind", "0.0.0.0"], shared
+    )
+    core.create_namespaced_pod(namespace, server)
+    apply(kube, namespace, victim_job(name, shared))
+
+    def victims_waiting() -> list[Any] | None:
+        job = get_job(kube, namespace, name)
+        assert (job.get("status") or {}).get("phase") not in ("Failed", "Succeeded"), job
+        pods = [p for p in job_pods(kube, namespace, name) if p.status.phase == "Running"]
+        steps = {r["index"]: r.get("step") for r in (job.get("status") or {}).get("ranks") or []}
+        # Trained and counting: the operator has read both pods' progress once.
+        return pods if len(pods) == 2 and all(steps.get(i) for i in (0, 1)) else None
+
+    pods = wait_for("the victim's pods to train and wait", victims_waiting, timeout=180)
+    ips = {int(p.metadata.labels["torchrun.dev/index"]): p.status.pod_ip for p in pods}
+    server_ip = wait_for("the server pod", lambda: running_ip(core, namespace, "server"), 60)
+
+    assert netpol.queue_bound(queue), f"no enforcer reads queue {queue}"
+
+    def filtered() -> bool:
+        return all(connect_as(65534, ip, STATUS_PORT) == "timeout" for ip in ips.values())
+
+    # A process of another user on the host is refused: no policy admits the node's address.
+    # From here on every new connection to the victim's pods is judged by its policy.
+    wait_for("the enforcer to judge the victim's pods", filtered, timeout=60)
+    # The host's root (the operator's path: it runs on the node) reaches the status port: what
+    # admits it here is the exemption of the host root's sockets (localkube.netpol).
+    assert connect_as(0, ips[0], STATUS_PORT) == "open"
+
+    targets = [
+        f"{ips[0]}:{RDZV_PORT}",
+        f"{ips[0]}:{STATUS_PORT}",
+        f"{ips[1]}:{STATUS_PORT}",
+        f"{server_ip}:{SERVER_PORT}",
+    ]
+    apply(kube, namespace, prober_job("other-job", shared, targets))
+    # Another namespace, with the victim's own job label: a podSelector alone matches pods of
+    # the policy's namespace only.
+    impostor = plain_pod(
+        "impostor",
+        probe_args("impostor", targets),
+        shared,
+        labels={"torchrun.dev/job-name": name},
+    )
+    core.create_namespaced_pod(other_namespace, impostor)
+
+    def results() -> dict[str, dict[str, str]] | None:
+        found = {p: shared / p for p in ("other-job", "impostor")}
+        if not all(f.exists() for f in found.values()):
+            return None
+        return {p: json.loads(f.read_text()) for p, f in found.items()}
+
+    probed = wait_for("the probes", results, timeout=120)
+    assert netpol.queue_bound(queue), "the enforcer stopped during the probes"
+    for prober, result in probed.items():
+        assert result == {
+            targets[0]: "timeout",
+            targets[1]: "timeout",
+            targets[2]: "timeout",
+            targets[3]: "open",
+        }, (prober, result)
+
+    # The operator still reads the status port: a step the launchers count now, read by the
+    # test from pod 0's launcher after the probes, reaches the job's status later.
+    def launcher_step() -> int | None:
+        return read_status_step(ips[0])
+
+    seen = wait_for("pod 0's launcher to answer with a step", launcher_step, timeout=30)
+
+    def status_passed(step: int) -> bool:
+        ranks = (get_job(kube, namespace, name).get("status") or {}).get("ranks") or []
+        return any(r["index"] == 0 and (r.get("step") or 0) > step for r in ranks)
+
+    wait_for(f"the job's status to pass step {seen} of pod 0", lambda: status_passed(seen), 60)
+
+    (shared / "release").write_text("go\n")
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+
+
+def read_status_step(ip: str) -> int | None:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{ip}:{STATUS_PORT}/status", timeout=2) as resp:
+            data = json.loads(resp.read())
+    except (OSError, ValueError):
+        return None
+    progress = data.get("progress") if isinstance(data, dict) else None
+    step = progress.get("step") if isinstance(progress, dict) else None
+    return step if isinstance(step, int) and step > 0 else None
+
+
+def test_a_killed_enforcer_leaves_the_cluster_stale_and_its_rule_goes_with_the_cluster(
+    cluster: Any,
+) -> None:
+    """A second, short-lived enforcing cluster: its enforcer, killed, unbinds the queue (which
+    then lets packets pass: --queue-bypass) and makes the cluster stale; down() removes the
+    queue rule all the same, and the session's cluster keeps its own."""
+    if not getattr(cluster, "network_policies", False):
+        pytest.fail("the session's cluster enforces no NetworkPolicy: run cluster/build.sh netpol")
+    tmp = Path(tempfile.mkdtemp(prefix="localkube-netpol-"))
+    other = Cluster(
+        tmp,
+        name=f"np{random.randrange(10**6)}",
+        base=pick_base(),
+        nodes=default_nodes(1, cpu="2", memory="4Gi"),
+        network_policies=True,
+        die_with_parent=True,
+    )
+    other.up(timeout=120)
+    queue = netpol.queue_id(other.net)
+    try:
+        assert netpol.queue_bound(queue) and netpol.has_queue_rule(other.net)
+        assert other.healthy()
+        pid = json.loads((tmp / "pids.json").read_text())[netpol.COMPONENT]
+        os.kill(pid, signal.SIGKILL)
+        wait_for("the enforcer to die", lambda: not procs.pid_alive(pid), 10)
+        assert not netpol.queue_bound(queue)
+        assert not other.healthy()
+    finally:
+        other.down()
+    assert not netpol.has_queue_rule(other.net)
+    assert netpol.remove_queue_rules(other.net) == []
+    assert netpol.has_queue_rule(cluster.net) and netpol.queue_bound(netpol.queue_id(cluster.net))
+    assert cluster.healthy()
+    if os.environ.get("LOCALKUBE_KEEP_LOGS") != "1":
+        shutil.rmtree(tmp, ignore_errors=True)
