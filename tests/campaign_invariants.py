@@ -67,10 +67,14 @@ def attempts_mixed(events: Iterable[PodEvent]) -> list[str]:
             late.pop(e.uid, None)
         if not new or e.attempt is None:
             continue
-        older = sorted(p.name for p in pods.values() if p.attempt is not None and p.attempt < e.attempt)
+        older = sorted(
+            p.name for p in pods.values() if p.attempt is not None and p.attempt < e.attempt
+        )
         if older:
             out.append(f"pod {e.name} of attempt {e.attempt} created while {older} exist")
-        newer = sorted(p.name for p in pods.values() if p.attempt is not None and p.attempt > e.attempt)
+        newer = sorted(
+            p.name for p in pods.values() if p.attempt is not None and p.attempt > e.attempt
+        )
         if newer and not e.terminating:
             late[e.uid] = f"pod {e.name} of attempt {e.attempt} turned up beside {newer}"
     out += [f"{said} and was never deleted" for said in late.values()]
@@ -86,7 +90,9 @@ def replacements(status: Mapping[str, Any]) -> Counter[int]:
     )
 
 
-def pods_per_attempt(events: Iterable[PodEvent], nodes: int, status: Mapping[str, Any]) -> list[str]:
+def pods_per_attempt(
+    events: Iterable[PodEvent], nodes: int, status: Mapping[str, Any]
+) -> list[str]:
     """Pods created per attempt <= nodes plus the replacements the status counts in it: a
     pod created twice for one slot (a retry that did not see its first create) is a pod
     that holds a node's GPUs without being accounted for."""

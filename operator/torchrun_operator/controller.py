@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from torchrun_operator import metrics
+from torchrun_operator import metrics, testplant
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
@@ -385,8 +385,8 @@ class Controller:
         priority = self._priority(job, workload)
         admission, rendered_from = self._admission(job, workload, priority)
         plan = reconcile(
-            rendered_from,
-            self.pods.pods(key),
+            testplant.reconciled_from(rendered_from),
+            testplant.visible_pods(job, self.pods.pods(key)),
             self._clock(),
             blocked,
             refused,
@@ -407,6 +407,7 @@ class Controller:
             attempt = plan.status.get("attempt")
             self.rankmap.track(key, self.pods.pods(key) if running else [], attempt)
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+        testplant.after_reconcile()
 
     def _view(self, pod: Obj, trainer: str | None) -> observe.PodView:
         """observe.view, remembered per cached pod object (the cache never changes one)."""
@@ -619,6 +620,10 @@ class Controller:
                     self.queue.add(key)
                 elif got is not None:
                     self.pods.put(got)
+            extra = testplant.twin(creates[0])
+            if extra is not None:
+                self._create_pod(job, extra)
+            testplant.after_creates(len(creates))
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
             self._events.submit(events.post, self.writes, job, ev.type, ev.reason, ev.message)

@@ -84,7 +84,9 @@ def test_pods_per_attempt_counts_each_pod_once_and_allows_counted_replacements()
     replaced = {"restarts": [{"attempt": 0, "kind": "replacement"}]}
     assert pods_per_attempt(events, 2, replaced) == []
     # The same replacement in another attempt, or a gang restart, does not allow a third pod.
-    restarted = {"restarts": [{"attempt": 1, "kind": "replacement"}, {"attempt": 0, "kind": "user"}]}
+    restarted = {
+        "restarts": [{"attempt": 1, "kind": "replacement"}, {"attempt": 0, "kind": "user"}]
+    }
     assert pods_per_attempt(events, 2, restarted) == [
         "attempt 0: 3 pods created, at most 2 allowed"
     ]
