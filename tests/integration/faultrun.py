@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -374,7 +375,8 @@ class Campaign:
     @contextmanager
     def namespace(self) -> Iterator[str]:
         self._n += 1
-        ns = f"faults-{self._n}-{self.rng.randrange(1 << 20):05x}"
+        # Not from the seeded generator: campaigns on one cluster must not share names.
+        ns = f"faults-{self._n}-{secrets.token_hex(3)}"
         create_namespace(self.api, ns)
         core = client.CoreV1Api(self.api)
         try:
