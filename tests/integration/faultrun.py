@@ -7,7 +7,8 @@ and under one operator: its outcome is the reference. Then it runs again and aga
 time with operators (scoped to the run's namespace) whose own API requests fail as the
 schedule says (kube/faults.py: 500, 409, 429, a timeout, a response lost after the write, a
 write held up past the client's bound, a write that lands after the client gave up, SIGKILL
-right before or after a request, a dropped watch, a storm of 410 Gone on a watch). A killed
+right before or after a request, a dropped watch, a storm of 410 Gone on a watch), and,
+on a cluster of its own, with the apiserver stopped (SIGSTOP) for 20 s mid-run. A killed
 operator is started again at once, with the faults that did not fire yet. Faults are
 counted from the seam's own log (those that fired), never from the schedule.
 
@@ -106,6 +107,8 @@ KINDS: dict[str, dict[str, Any]] = {
     "watch dropped": {"action": "lose_response", "times": 2},
     "410 Gone storm": {"action": "status", "status": 410, "times": 4},
     "503 storm": {"action": "status", "status": 503, "times": 4, "retry_after": 1},
+    # Not the seam's: the driver stops the apiserver (SIGSTOP) that long, then lets it go on.
+    "apiserver stopped 20 s": {"pause": 20.0},
 }
 WRITE_KINDS = [
     "500", "409", "429 + Retry-After", "connect timeout", "response lost", "slow, then lost",
@@ -122,6 +125,7 @@ KINDS_OF = {
     "job-read": READ_KINDS,
     "pod-watch": WATCH_KINDS,
     "job-watch": WATCH_KINDS,
+    "apiserver": ["apiserver stopped 20 s"],
 }
 
 
@@ -345,6 +349,7 @@ class Campaign:
         seed: int,
         scenarios: list[Scenario] | None = None,
         plant: str | None = None,
+        apiserver_pid: int | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
         self.api = config.new_client_from_config(config_file=str(kubeconfig))
@@ -353,6 +358,8 @@ class Campaign:
         self.scenarios = scenarios or SCENARIOS
         # A bug planted in the operators of the runs with faults (never the reference's).
         self.plant = plant
+        # The apiserver's process, when this campaign may stop it (its own cluster).
+        self.apiserver_pid = apiserver_pid
         self.reference: dict[str, dict[str, Any]] = {}
         self.tally: dict[str, Tally] = {s.name: Tally() for s in self.scenarios}
         self._n = 0
@@ -360,9 +367,15 @@ class Campaign:
     def schedule(self, scenario: Scenario, count: int) -> list[tuple[str, dict[str, Any]]]:
         """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL."""
         targets = [t for t in TARGETS if t != "job-delete" or scenario.ttl]
+        if self.apiserver_pid is not None:
+            targets.append("apiserver")
         rules = []
         for _ in range(count):
             target = self.rng.choice(targets)
+            if target == "apiserver":
+                kind = KINDS_OF[target][0]
+                rules.append((kind, {**KINDS[kind], "after": self.rng.uniform(1, 10)}))
+                continue
             method, path = TARGETS[target]
             if target.endswith("-watch"):
                 nth = 1  # a watch is opened again only after it broke
@@ -390,7 +403,8 @@ class Campaign:
         """One run with these faults scheduled. The reference run: no faults, no plant, one
         operator, not restarted once more."""
         name = f"{scenario.name}-{self._n + 1}"
-        pending = list(rules)
+        pauses = [r for _, r in rules if "pause" in r]
+        pending = [(k, r) for k, r in rules if "pause" not in r]
         fired: Counter[str] = Counter()
         seen: list[dict[str, Any]] = []
         exits: list[tuple[int, int]] = []
@@ -431,6 +445,7 @@ class Campaign:
             op = start(ns, faults=True)
             create_job(self.api, ns, scenario.doc(name))
             driver = _Driver(scenario, self.api, ns, name)
+            pauser = _Pauser(self.apiserver_pid, pauses)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
             while time.monotonic() < deadline:
@@ -443,6 +458,7 @@ class Campaign:
                     break
                 time.sleep(0.5)
             violations += driver.errors
+            fired.update(pauser.join())
             last: dict[str, Any] = done or {}
             if done is None:
                 violations.append(f"unfinished after {JOB_TIMEOUT:.0f}s")
@@ -538,11 +554,19 @@ class Campaign:
         t.violations += got.violations
         return got
 
-    def campaign(self, faults_wanted: int, per_run: int, runs_wanted: int = 0) -> bool:
+    def campaign(
+        self, faults_wanted: int, per_run: int, runs_wanted: int = 0, minutes: float = 0
+    ) -> bool:
+        """Runs until enough faults fired in enough runs, or (`minutes` > 0) no run starts
+        after that many minutes: the tally then says how far it got."""
+        stop = time.monotonic() + minutes * 60 if minutes > 0 else float("inf")
         self.references()
         total = runs = 0
-        while total < faults_wanted or runs < runs_wanted:
+        while (total < faults_wanted or runs < runs_wanted) and time.monotonic() < stop:
             for s in self.scenarios:
+                if time.monotonic() >= stop:
+                    print(f"stopped after {minutes:g} minutes", flush=True)
+                    break
                 got = self.judge(s, self.run(s, self.schedule(s, per_run)))
                 total += sum(got.fired.values())
                 runs += 1
@@ -603,6 +627,33 @@ class _Driver:
         return self._thread is not None and self._thread.is_alive()
 
 
+class _Pauser:
+    """Stops the apiserver (SIGSTOP) for each pause in turn, `after` seconds from the
+    start (or from the end of the previous pause), and lets it go on (SIGCONT)."""
+
+    def __init__(self, pid: int | None, pauses: list[dict[str, Any]]) -> None:
+        self.done = 0
+        self._thread: threading.Thread | None = None
+        if pid is not None and pauses:
+            self._thread = threading.Thread(target=self._go, args=(pid, pauses), daemon=True)
+            self._thread.start()
+
+    def _go(self, pid: int, pauses: list[dict[str, Any]]) -> None:
+        for p in pauses:
+            time.sleep(p["after"])
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(p["pause"])
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            self.done += 1
+
+    def join(self) -> Counter[str]:
+        if self._thread is not None:
+            self._thread.join()
+        return Counter({"apiserver stopped 20 s": self.done} if self.done else {})
+
+
 TABLE_BEGIN = "<!-- fault-table:begin -->"
 TABLE_END = "<!-- fault-table:end -->"
 
@@ -614,8 +665,8 @@ def write_table(path: Path, table: str, header: str) -> None:
 
 
 @contextmanager
-def local_cluster(workdir: Path) -> Iterator[Path]:
-    """A local cluster of its own (2 nodes, CRD installed); yields its kubeconfig."""
+def local_cluster(workdir: Path) -> Iterator[Any]:
+    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster."""
     from localkube.components import default_nodes
     from localkube.controlplane import Cluster
     from localkube.testing import pick_base, unique_cluster_name
@@ -627,9 +678,8 @@ def local_cluster(workdir: Path) -> Iterator[Path]:
     )  # fmt: skip
     try:
         cluster.up(timeout=180)
-        kubeconfig = Path(cluster.kubeconfig)
-        install_crd(config.new_client_from_config(config_file=str(kubeconfig)))
-        yield kubeconfig
+        install_crd(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        yield cluster
     finally:
         cluster.down()
 
@@ -641,6 +691,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--faults", type=int, default=200, help="until this many faults fired")
     p.add_argument("--runs", type=int, default=0, help="... and at least this many runs")
     p.add_argument("--per-run", type=int, default=4, help="faults scheduled per run")
+    p.add_argument("--minutes", type=float, default=0, help="start no run after this long")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--scenarios", help="comma-separated: only these", default="")
     p.add_argument("--kubeconfig", type=Path, help="use this cluster instead of starting one")
@@ -651,10 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="faultrun-"))
     started = time.monotonic()
     try:
-        with cluster_for(args.kubeconfig, workdir) as kubeconfig:
-            c = Campaign(kubeconfig, workdir, args.seed, scenarios)
+        with cluster_for(args.kubeconfig, workdir) as (kubeconfig, apiserver):
+            c = Campaign(kubeconfig, workdir, args.seed, scenarios, apiserver_pid=apiserver)
             try:
-                ok = c.campaign(args.faults, args.per_run, args.runs)
+                ok = c.campaign(args.faults, args.per_run, args.runs, args.minutes)
             finally:
                 report(c, args, started)
         return 0 if ok else 1
@@ -664,13 +715,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[Path]:
-    """The cluster given, or one of our own."""
+def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[tuple[Path, int | None]]:
+    """The cluster given, or one of our own (then also its apiserver's pid: the campaign
+    may stop it)."""
     if kubeconfig is not None:
-        yield kubeconfig
+        yield kubeconfig, None
     else:
-        with local_cluster(workdir) as got:
-            yield got
+        with local_cluster(workdir) as cluster:
+            yield Path(cluster.kubeconfig), apiserver_pid(cluster)
+
+
+def apiserver_pid(cluster: Any) -> int:
+    pid: int = cluster.status()["components"]["kube-apiserver"]["pid"]
+    return pid
 
 
 def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
@@ -689,10 +746,23 @@ def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
         args.json.write_text(json.dumps(tally, indent=1))
     if args.table:
         minutes = (time.monotonic() - started) / 60
+        runs = sum(t.runs for t in c.tally.values())
+        fired = sum(sum(t.fired.values()) for t in c.tally.values())
+        short = runs < args.runs or fired < args.faults
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True,
+        ).stdout.strip() or "unknown"  # fmt: skip
         header = (
-            f"Last full run: {time.strftime('%Y-%m-%d')}, seed {args.seed}, "
-            f"{args.per_run} faults scheduled per run, {minutes:.0f} minutes on the 2-core "
-            "development machine."
+            f"Last full run: {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit}, seed "
+            f"{args.seed}, {args.per_run} faults scheduled per run, {runs} runs, {fired} faults "
+            f"fired, {minutes:.0f} minutes on the 2-core development machine"
+            + (
+                f" (stopped at the time limit, short of the {args.runs} runs and "
+                f"{args.faults} faults asked for)."
+                if short
+                else "."
+            )
         )
         write_table(args.table, table, header)
 

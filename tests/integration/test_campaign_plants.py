@@ -24,8 +24,8 @@ SCENARIOS = [BY_NAME["success"], BY_NAME["gang-restart"]]
 
 @pytest.fixture(scope="module")
 def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with local_cluster(tmp_path_factory.mktemp("campaign-cluster")) as got:
-        yield got
+    with local_cluster(tmp_path_factory.mktemp("campaign-cluster")) as cluster:
+        yield Path(cluster.kubeconfig)
 
 
 @pytest.fixture(scope="module")

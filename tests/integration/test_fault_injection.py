@@ -1,8 +1,8 @@
 """A seeded fault-injection campaign in every CI run (the full one: docs/reliability.md).
 
 It starts its own local cluster: the campaign runs its own operators (with faults, killed
-and restarted), which must not share jobs with the suite's operator. Four scenarios (a gang
-restart, suspend and resume, a TTL, a plain success) and at least 10 faults fired: about 4
+and restarted), which must not share jobs with the suite's operator. Three scenarios (a gang
+restart, suspend and resume, a TTL) and at least 8 faults fired: about 4
 minutes on the 2-core development machine. That the campaign can fail at all is proven by
 test_campaign_plants.py.
 """
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.localkube
 def test_seeded_fault_campaign_keeps_every_invariant(tmp_path: Path) -> None:
     out = tmp_path / "tally.json"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "faultrun.py"), "--faults", "10", "--runs", "4",
-         "--per-run", "4", "--seed", "7", "--scenarios", "gang-restart,suspend-resume,ttl,success",
+        [sys.executable, str(HERE / "faultrun.py"), "--faults", "8", "--runs", "3",
+         "--per-run", "4", "--seed", "7", "--scenarios", "gang-restart,suspend-resume,ttl",
          "--json", str(out)],
         env=dict(os.environ), capture_output=True, text=True, timeout=840,
     )  # fmt: skip
@@ -37,5 +37,5 @@ def test_seeded_fault_campaign_keeps_every_invariant(tmp_path: Path) -> None:
     assert [v for t in tally.values() for v in t["violations"]] == [], tail
     assert proc.returncode == 0, tail
     # Counted from the fault seam's own log: faults that fired, not the schedule.
-    assert sum(sum(t["fired"].values()) for t in tally.values()) >= 10, tail
+    assert sum(sum(t["fired"].values()) for t in tally.values()) >= 8, tail
     assert all(t["runs"] >= 1 for t in tally.values()), tally
