@@ -81,7 +81,7 @@ def attempts_mixed(events: Iterable[PodEvent]) -> list[str]:
     return out
 
 
-def replacements(status: Mapping[str, Any]) -> Counter[int]:
+def replacements(status: Mapping[str, Any]) -> Counter[Any]:
     """Elastic replacements per attempt, as the status's restart records count them."""
     return Counter(
         r.get("attempt")

@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -474,7 +474,10 @@ class Campaign:
                     violations += self._reconciled(op)
                     op.stop()
                     reap(op)
-                last = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+                last = cast(
+                    dict[str, Any],
+                    custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name),
+                )
             result = outcome(last) if done is not None else {}
             final = last.get("status") or {}
             violations += monitor.broke
