@@ -208,7 +208,7 @@ SCENARIOS = [
     Scenario("gang-restart", _retryable_once),
     Scenario("suspend-resume", _long, during=_suspend_then_resume),
     Scenario("ttl", _ttl, ttl=True),
-    Scenario("8-pods", lambda name: quick_job(name, nodes=8), nodes=8),
+    Scenario("eight-pods", lambda name: quick_job(name, nodes=8), nodes=8),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
