@@ -443,15 +443,23 @@ class Campaign:
 
         with self.namespace() as ns, PodMonitor(self.api, ns) as monitor:
             op = start(ns, faults=True)
+
+            def tend() -> None:
+                """A killed operator is started again at once, until the run is judged:
+                also while the job's pods are cleaned up and its TTL is awaited (a kill
+                fault on the TTL's delete fires after the job finished)."""
+                nonlocal op
+                if op.proc.poll() is not None:
+                    reap(op)
+                    op = start(ns, faults=True)
+
             create_job(self.api, ns, scenario.doc(name))
             driver = _Driver(scenario, self.api, ns, name)
             pauser = _Pauser(self.apiserver_pid, pauses)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
             while time.monotonic() < deadline:
-                if op.proc.poll() is not None:
-                    reap(op)
-                    op = start(ns, faults=True)
+                tend()
                 job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 if (job.get("status") or {}).get("phase") in FINISHED and not driver.busy():
                     done = job
@@ -463,7 +471,7 @@ class Campaign:
             if done is None:
                 violations.append(f"unfinished after {JOB_TIMEOUT:.0f}s")
             else:
-                violations += self._after_end(ns, name, done, scenario)
+                violations += self._after_end(ns, name, done, scenario, tend)
             op.stop()
             reap(op)
             if done is not None and not scenario.ttl:  # a TTL's job is gone by now
@@ -498,12 +506,20 @@ class Campaign:
             return [f"the restarted operator did not reconcile within {SETTLE_TIMEOUT:.0f}s"]
         return []
 
-    def _after_end(self, ns: str, name: str, job: dict[str, Any], scenario: Scenario) -> list[str]:
+    def _after_end(
+        self,
+        ns: str,
+        name: str,
+        job: dict[str, Any],
+        scenario: Scenario,
+        tend: Callable[[], None],
+    ) -> list[str]:
         """No pod outlives the job except as cleanPodPolicy keeps; a TTL deletes the job."""
         core = client.CoreV1Api(self.api)
         policy = ((job["spec"].get("runPolicy") or {}).get("cleanPodPolicy")) or "KeepFailed"
 
         def extra() -> list[str]:
+            tend()
             pods: list[Any] = core.list_namespaced_pod(
                 ns, label_selector=f"{JOB_LABEL}={name}"
             ).items
@@ -526,6 +542,7 @@ class Campaign:
             custom = client.CustomObjectsApi(self.api)
 
             def gone() -> bool:
+                tend()
                 try:
                     custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                     return False
