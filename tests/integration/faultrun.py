@@ -129,6 +129,14 @@ KINDS_OF = {
 }
 
 
+def campaign_job(name: str, nodes: int = 2) -> dict[str, Any]:
+    """quick_job with a rendezvous join timeout (180 s) that the faults of one run cannot
+    use up: two 20 s apiserver stops and a killed operator's pods created late added to an
+    8-pod job's start on the loaded 2-core machine ran past quick_job's 90 s (a
+    RendezvousTimeout of the workload's own, not of the operator)."""
+    return quick_job(name, nodes=nodes, rendezvous={"joinTimeoutSeconds": 180})
+
+
 def py(code: str) -> list[str]:
     return ["python", "-c", code]
 
@@ -144,7 +152,7 @@ class Scenario:
 
 
 def _raise_on_rank_1(name: str) -> dict[str, Any]:
-    doc = quick_job(name)
+    doc = campaign_job(name)
     code = "import os\nif os.environ['RANK'] == '1':\n    raise RuntimeError('rank 1 fails')"
     doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
     doc["spec"]["failurePolicy"] = {"maxRestarts": 2, "backoffSeconds": 1}
@@ -154,7 +162,7 @@ def _raise_on_rank_1(name: str) -> dict[str, Any]:
 def _retryable_once(name: str) -> dict[str, Any]:
     """Rank 0 exits 3 (listed as retryable) in attempt 0 only: TORCHELASTIC_RUN_ID is the
     rendezvous id, `<job uid>-<attempt>`."""
-    doc = quick_job(name)
+    doc = campaign_job(name)
     code = (
         "import os, sys\n"
         "first = os.environ['TORCHELASTIC_RUN_ID'].endswith('-0')\n"
@@ -170,13 +178,13 @@ def _retryable_once(name: str) -> dict[str, Any]:
 
 
 def _long(name: str) -> dict[str, Any]:
-    doc = quick_job(name)
+    doc = campaign_job(name)
     doc["spec"]["template"]["spec"]["containers"][0]["command"] = py("import time; time.sleep(6)")
     return doc
 
 
 def _ttl(name: str) -> dict[str, Any]:
-    doc = quick_job(name)
+    doc = campaign_job(name)
     doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 3}
     return doc
 
@@ -203,12 +211,12 @@ def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
 
 
 SCENARIOS = [
-    Scenario("success", quick_job),
+    Scenario("success", campaign_job),
     Scenario("user-failure", _raise_on_rank_1),
     Scenario("gang-restart", _retryable_once),
     Scenario("suspend-resume", _long, during=_suspend_then_resume),
     Scenario("ttl", _ttl, ttl=True),
-    Scenario("eight-pods", lambda name: quick_job(name, nodes=8), nodes=8),
+    Scenario("eight-pods", lambda name: campaign_job(name, nodes=8), nodes=8),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -441,7 +449,7 @@ class Campaign:
             if mine:
                 pending = [r for i, r in enumerate(mine) if i not in hit]
 
-        with self.namespace() as ns, PodMonitor(self.api, ns) as monitor:
+        with self.namespace() as ns, PodMonitor(self.api, ns) as monitor, _stopping(operators):
             op = start(ns, faults=True)
 
             def tend() -> None:
@@ -645,6 +653,16 @@ class _Driver:
 
     def busy(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+
+@contextmanager
+def _stopping(operators: list[Operator]) -> Iterator[None]:
+    """However a run ends (an error, ^C), none of its operators outlives it."""
+    try:
+        yield
+    finally:
+        for o in operators:
+            o.stop()
 
 
 class _Pauser:
