@@ -3,8 +3,8 @@
 It starts its own local cluster: the campaign runs its own operators (with faults, killed
 and restarted), which must not share jobs with the suite's operator. Three scenarios (a gang
 restart, suspend and resume, a TTL) and at least 8 faults fired: 6 minutes on the 2-core
-development machine under a load of 12, 13 under 17 (it is mostly waiting on pods). That the campaign can fail at all is proven by
-test_campaign_plants.py.
+development machine under a load of 12, 13 under 17 (it is mostly waiting on pods). That
+the campaign can fail at all is proven by test_campaign_plants.py.
 """
 
 from __future__ import annotations
