@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from torchrun_operator import metrics
+from torchrun_operator import metrics, testplant
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import FINISHED, Phase
 from torchrun_operator.kube import events
@@ -396,8 +396,8 @@ class Controller:
         priority = self._priority(work, workload)
         admission, rendered_from = self._admission(work, workload, priority)
         plan = reconcile(
-            rendered_from,
-            self.pods.pods(key),
+            testplant.reconciled_from(rendered_from),
+            testplant.visible_pods(job, self.pods.pods(key)),
             self._clock(),
             blocked,
             refused,
@@ -423,6 +423,7 @@ class Controller:
             pods = self.pods.pods(key) if running else []
             self.rankmap.track(key, pods, attempt, self._status_port(work))
         metrics.observe_reconcile(time.monotonic() - started, error=False)
+        testplant.after_reconcile()
 
     @staticmethod
     def _status_port(job: Obj) -> int:
@@ -643,6 +644,10 @@ class Controller:
                     self.queue.add(key)
                 elif got is not None:
                     self.pods.put(got)
+            extra = testplant.twin(creates[0])
+            if extra is not None:
+                self._create_pod(job, extra)
+            testplant.after_creates(len(creates))
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
             self._events.submit(events.post, self.writes, job, ev.type, ev.reason, ev.message)

@@ -20,8 +20,8 @@ The file:
           "times": 1,                      ... and on this many matches from there on
                                            (default 1), or "all"
           "delay": 0.0,                    seconds to sleep before acting (default 0)
-          "action": "status",              status | timeout | lose_response | kill_before
-                                           | kill_after | pass
+          "action": "status",              status | timeout | lose_response | late
+                                           | kill_before | kill_after | pass
           "status": 500,                   for "status": the HTTP code answered
           "retry_after": 1                 for "status": a Retry-After header (seconds)
         }
@@ -37,12 +37,17 @@ them; the first rule that acts on a request decides its fate. Actions:
 - timeout: not sent; urllib3's ConnectTimeoutError is raised, as for an unreachable server.
 - lose_response: sent, then the response is dropped and urllib3's ReadTimeoutError raised:
   the write happened but the caller cannot know.
+- late: the client gives up at once (urllib3's ReadTimeoutError, as for lose_response) and
+  the request is sent `delay` seconds later from a thread of its own: a write the apiserver
+  commits after the client gave up on it, maybe after the operator has moved on (a pod of
+  an attempt that has ended). Here `delay` is not slept by the caller.
 - kill_before / kill_after: SIGKILL to this process right before / right after sending.
 - pass: sent as it is (after the delay: a slow request), and logged once its answer came,
   so a test can tell which requests of which replica reached the apiserver, and by when.
 
 A log line is appended as the action takes effect: before the error is raised or the SIGKILL
-sent (for lose_response, kill_after and pass, after the request was sent), with one write() on an
+sent (for lose_response, kill_after and pass, after the request was sent; for late, as the
+client gives up), with one write() on an
 O_APPEND file, so replicas may share the log and a driver can count faults:
 {"time": ..., "pid": ..., "rule": <index>, "n": <match count>, "action": ..., "method": ...,
 "path": ...}.
@@ -67,7 +72,9 @@ import urllib3
 ENV = "TORCHRUN_OPERATOR_FAULTS"
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-ACTIONS = frozenset({"status", "timeout", "lose_response", "kill_before", "kill_after", "pass"})
+ACTIONS = frozenset(
+    {"status", "timeout", "lose_response", "late", "kill_before", "kill_after", "pass"}
+)
 _RULE_KEYS = frozenset(
     {"method", "path", "nth", "times", "delay", "action", "status", "retry_after"}
 )
@@ -194,6 +201,14 @@ class Injector:
         if picked is None:
             return send()
         index, rule = picked
+        if rule.action == "late":
+            self._log(index, rule, method, target)
+            threading.Thread(target=_send_late, args=(send, rule.delay), daemon=True).start()
+            raise urllib3.exceptions.ReadTimeoutError(
+                None,  # type: ignore[arg-type] # no pool: the error only has to read like one
+                url,
+                f"injected fault: gave up, sent late ({method} {target})",
+            )
         if rule.delay > 0:
             time.sleep(rule.delay)
         if rule.action in ("status", "timeout", "kill_before"):
@@ -264,6 +279,13 @@ def _status_response(rule: Rule) -> Any:
         preload_content=False,
     )
     return rest.RESTResponse(raw)
+
+
+def _send_late(send: Send, delay: float) -> None:
+    """A late request's own thread: sent after `delay`, its answer (or error) unread."""
+    time.sleep(delay)
+    with contextlib.suppress(Exception):  # nobody waits for this answer any more
+        _discard(send())
 
 
 def _discard(response: Any) -> None:

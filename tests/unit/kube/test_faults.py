@@ -16,6 +16,7 @@ import urllib3
 from fake_transport import FakeTransport, api
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from localkube.testing import wait_for
 from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube import faults
 
@@ -65,6 +66,18 @@ def test_lose_response_sends_then_times_out() -> None:
     with pytest.raises(urllib3.exceptions.ReadTimeoutError):
         c.delete_namespaced_pod("p", "ns")
     assert [s.method for s in t.sent] == ["GET", "DELETE"]  # the delete did happen
+
+
+def test_late_gives_up_at_once_and_sends_the_request_afterwards(tmp_path: Path) -> None:
+    t = FakeTransport()
+    log = tmp_path / "faults.log"
+    c = core(t, {"method": "POST", "action": "late", "delay": 0.2}, log=log)
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        c.create_namespaced_pod("ns", {"metadata": {"name": "p"}})
+    assert t.sent == []  # the client gave up before the request went out ...
+    assert [json.loads(x)["action"] for x in log.read_text().splitlines()] == ["late"]
+    wait_for("the late create", lambda: t.sent, 10, interval=0.05)  # ... which then did
+    assert [s.method for s in t.sent] == ["POST"]
 
 
 class Killed(Exception):
