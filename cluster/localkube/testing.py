@@ -68,9 +68,10 @@ class ExternalCluster:
         return path
 
 
-def unique_cluster_name() -> str:
-    """Per test process, so parallel sessions on one host get distinct bridges."""
-    return f"it{os.getpid()}"[:12]
+def unique_cluster_name(prefix: str = "it") -> str:
+    """Per test process, so parallel sessions on one host get distinct bridges; a second
+    cluster of the same process (the fault campaign's) takes another prefix."""
+    return f"{prefix}{os.getpid()}"[:12]
 
 
 def pick_base(candidates: range = range(200, 255)) -> int:

@@ -718,7 +718,7 @@ def local_cluster(workdir: Path) -> Iterator[Any]:
     from operator_fixtures import install_crd
 
     cluster = Cluster(
-        workdir / "cluster", name=unique_cluster_name(), base=pick_base(),
+        workdir / "cluster", name=unique_cluster_name("fr"), base=pick_base(),
         nodes=default_nodes(2, cpu="8", memory="32Gi", gpus=0), die_with_parent=True,
     )  # fmt: skip
     try:

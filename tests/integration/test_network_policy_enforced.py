@@ -370,7 +370,9 @@ def test_a_killed_enforcer_leaves_the_cluster_stale_and_its_rule_goes_with_the_c
         pid = json.loads((tmp / "pids.json").read_text())[netpol.COMPONENT]
         os.kill(pid, signal.SIGKILL)
         wait_for("the enforcer to die", lambda: not procs.pid_alive(pid), 10)
-        assert not netpol.queue_bound(queue)
+        # The kernel unbinds a dead listener's queue when its netlink socket is released,
+        # which can trail the process's exit.
+        wait_for("its queue to be unbound", lambda: not netpol.queue_bound(queue), 10)
         assert not other.healthy()
     finally:
         other.down()
