@@ -170,8 +170,13 @@ def test_clean_pod_policy_leaves_the_right_pods(kube: client.ApiClient, namespac
     def phases(name: str) -> dict[str, str]:
         return {p.metadata.name: p.status.phase for p in live_pods(kube, namespace, name)}
 
-    assert phases("keep-failed") == {"keep-failed-1": "Failed"}
-    assert phases("keep-all") == {"keep-all-0": "Running", "keep-all-1": "Failed"}
+    # The failed rank's peer either still ran when the job failed (deleted under KeepFailed,
+    # kept Running under KeepAll) or had ended on its own, Failed, once the failed agent
+    # closed the rendezvous (the store-holding launcher ends then, docs/pod-contract.md).
+    kept = phases("keep-failed")
+    assert kept in ({"keep-failed-1": "Failed"}, {f"keep-failed-{i}": "Failed" for i in (0, 1)})
+    all_kept = phases("keep-all")
+    assert all_kept["keep-all-1"] == "Failed" and all_kept["keep-all-0"] in ("Running", "Failed")
     assert phases("delete") == {}
     assert phases("keep-all-ok") == {"keep-all-ok-0": "Succeeded", "keep-all-ok-1": "Succeeded"}
     for name in ("keep-failed", "delete"):
