@@ -33,6 +33,7 @@ from torchrun_operator.kube.client import (
     WRITE_TIMEOUT_SECONDS,
     Writes,
     api_message,
+    get_or_none,
     invalid_fields,
     retry_after,
 )
@@ -574,14 +575,9 @@ class Controller:
                 kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, name, **kw
             ),
         }[kind]
-        try:
-            resp = fn(name, ns, _preload_content=False)
-            metrics.count_api_call("get", kind.lower(), 200)
-        except ApiException as e:
-            metrics.count_api_call("get", kind.lower(), e.status or 0)
-            if e.status == 404:
-                return None
-            raise
+        resp = get_or_none(kind, lambda: fn(name, ns, _preload_content=False))
+        if resp is None:
+            return None
         got: Obj = json.loads(resp.data)
         got.setdefault("kind", kind)
         return got

@@ -17,14 +17,15 @@ import json
 import logging
 import math
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from torchrun_operator import metrics
 from torchrun_operator.kube import faults
 from torchrun_operator.kube.leader import FENCE_MARGIN_SECONDS, Gate
 from torchrun_operator.kube.ratelimit import TokenBucket
@@ -274,3 +275,20 @@ def invalid_fields(e: ApiException) -> list[str]:
     causes = details.get("causes") if isinstance(details, dict) else None
     fields = [c.get("field") for c in causes or [] if isinstance(c, dict)]
     return sorted({f for f in fields if isinstance(f, str) and f})
+
+
+T = TypeVar("T")
+
+
+def get_or_none(kind: str, call: Callable[[], T]) -> T | None:
+    """A read, counted in the API-request metric by its answer: None when the object does not
+    exist (404); any other refusal raises."""
+    try:
+        got = call()
+    except ApiException as e:
+        metrics.count_api_call("get", kind.lower(), e.status or 0)
+        if e.status == 404:
+            return None
+        raise
+    metrics.count_api_call("get", kind.lower(), 200)
+    return got

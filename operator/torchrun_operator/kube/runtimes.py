@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from torchrun_operator import metrics
 from torchrun_operator.api import names
+from torchrun_operator.kube.client import get_or_none
 
 Obj = dict[str, Any]
 
@@ -28,20 +27,14 @@ class RuntimeReader:
         retried with back-off and the log says why."""
         cluster = kind == names.CLUSTER_RUNTIME_KIND
         plural = names.CLUSTER_RUNTIME_PLURAL if cluster else names.RUNTIME_PLURAL
-        try:
-            got: Obj
+
+        def call() -> Obj:
             if cluster:
-                got = self.custom.get_cluster_custom_object(  # type: ignore[assignment]
+                return self.custom.get_cluster_custom_object(  # type: ignore[return-value]
                     names.GROUP, names.VERSION, plural, name
                 )
-            else:
-                got = self.custom.get_namespaced_custom_object(  # type: ignore[assignment]
-                    names.GROUP, names.VERSION, namespace, plural, name
-                )
-            metrics.count_api_call("get", kind.lower(), 200)
-        except ApiException as e:
-            metrics.count_api_call("get", kind.lower(), e.status or 0)
-            if e.status == 404:
-                return None
-            raise
-        return got
+            return self.custom.get_namespaced_custom_object(  # type: ignore[return-value]
+                names.GROUP, names.VERSION, namespace, plural, name
+            )
+
+        return get_or_none(kind, call)
