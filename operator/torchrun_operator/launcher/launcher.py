@@ -474,9 +474,24 @@ def failure_record(
 # ephemeral storage: docs/pod-contract.md).
 
 LOGS_DIR = "logs"  # in the state dir: torchrun's --log_dir unless the user gave one
-_STDERR_READ = 8 * STDERR_TAIL_LIMIT
+# Read once, after the worker exited: enough for the line that says why to survive what a
+# crash prints after it. Measured on 2 x H200 (torch 2.11, NCCL 2.28): an NCCL watchdog
+# timeout's SIGABRT prints the watchdog line, then two C++ backtraces and faulthandler's dump,
+# about 4 KiB, below it (bench/README.md, "GPU failures").
+_STDERR_READ = 32 * STDERR_TAIL_LIMIT
+# One line of the tail at most (its head says what kind of line it is, its end the message),
+# so that one long line (a what() holding a whole message) cannot push every other line out.
+_STDERR_LINE_LIMIT = 512
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Lines that say nothing to a user and push the line that does out of the tail: c10's C++
+# backtraces ("frame #3: <unknown function> + 0x9cb84 (0x7f... in .../libc.so.6)", under
+# "Exception raised from run at .../ProcessGroupNCCL.cpp:2125 (most recent call first):") and
+# faulthandler's list of loaded extension modules after a fatal signal.
+_STDERR_NOISE = re.compile(
+    r"^\s*(frame #\d+: |Exception raised from \S+ at \S+ \(most recent call first\):$"
+    r"|Extension modules: )"
+)
 
 
 def _std_value(
@@ -531,16 +546,26 @@ def stderr_log_path(log_dir: str, local_rank: int) -> str | None:
     return newest[1] if newest else None
 
 
+def _shorten(line: str, limit: int = _STDERR_LINE_LIMIT) -> str:
+    if len(line) <= limit:
+        return line
+    half = (limit - 3) // 2
+    return line[:half] + "..." + line[len(line) - (limit - 3 - half) :]
+
+
 def clean_stderr_tail(data: bytes, partial_head: bool, limit: int = STDERR_TAIL_LIMIT) -> str:
     """The last whole lines of ``data`` (a stderr's end) in at most ``limit`` characters:
     decoded leniently, carriage-return progress bars and terminal colour codes turned into
-    plain lines, other control characters dropped."""
+    plain lines, other control characters dropped; C++ backtrace frames and faulthandler's
+    module list dropped (_STDERR_NOISE), runs of blank lines made one, each line cut to
+    _STDERR_LINE_LIMIT characters."""
     text = data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
     text = _CONTROL.sub("", _ANSI_ESCAPE.sub("", text))
     lines = text.split("\n")
     if partial_head and len(lines) > 1:
         lines = lines[1:]  # began mid-line
-    lines = [ln.rstrip() for ln in lines]
+    lines = [_shorten(ln.rstrip()) for ln in lines if not _STDERR_NOISE.match(ln)]
+    lines = [ln for i, ln in enumerate(lines) if ln or (i and lines[i - 1])]  # one blank line
     kept: list[str] = []
     size = 0
     for line in reversed(lines):

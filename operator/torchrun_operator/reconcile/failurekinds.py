@@ -47,13 +47,24 @@ class FailureKind:
         return any(p.search(text) for p in self.patterns)
 
     def quote(self, text: str, limit: int = QUOTE_LIMIT) -> str | None:
-        """The first line of ``text`` that says this kind, stripped, at most ``limit``
-        characters (a watchdog's line, buried in a stderr tail, for the message)."""
+        """The first line of ``text`` that says this kind, at most ``limit`` characters (a
+        watchdog's line, buried in a stderr tail, for the message): without c10's log prefixes
+        (``[rank0]:[E1127 05:43:03.899 ProcessGroupNCCL.cpp:2119] [PG ID 0 ...]``), and from
+        where it says it when the line is still too long."""
         for line in text.splitlines():
-            if self.matches(line):
-                line = line.strip()
-                return line if len(line) <= limit else line[: limit - 3] + "..."
+            found = next((m for p in self.patterns if (m := p.search(line))), None)
+            if found is None:
+                continue
+            line = _LOG_PREFIX.sub("", line).strip()
+            if len(line) > limit:
+                line = line[line.find(found.group(0)) :] if found.group(0) in line else line
+            return line if len(line) <= limit else line[: limit - 3] + "..."
         return None
+
+
+# c10's log line prefixes: "[rank0]:[E1127 05:43:03.899076653 ProcessGroupNCCL.cpp:2119] "
+# then "[PG ID 0 PG GUID 0(default_pg) Rank 0] " (torch 2.11, captured on 2 x H200).
+_LOG_PREFIX = re.compile(r"^(?:\s*\[[^\]\n]*\]:?)+\s*")
 
 
 def _re(*patterns: str) -> tuple[re.Pattern[str], ...]:

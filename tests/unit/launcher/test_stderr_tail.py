@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from torchrun_operator.launcher import launcher as L
 
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "failures"
 ARGPARSE = (
     b"usage: train.py [-h] --local_rank LOCAL_RANK [--epochs EPOCHS]\n"
     b"train.py: error: the following arguments are required: --local_rank\n"
@@ -105,3 +106,31 @@ def test_stderr_tails_are_shortened_to_fit_never_the_json() -> None:
     # one failure alone keeps its whole tail
     one = json.loads(L.encode_summary(L.build_summary(L.FAILED, failures=failures[:1])))
     assert one["failures"][0]["stderr"] == tail
+
+
+def test_the_tail_of_an_nccl_watchdog_abort_keeps_the_watchdogs_line(tmp_path: Path) -> None:
+    """The whole stderr of a rank whose NCCL watchdog aborted it (captured on 2 x H200, torch
+    2.11): two C++ backtraces and faulthandler's module list follow the watchdog's line. The
+    tail drops those and keeps the line, the abort and the Python stack, within the limit;
+    the last 2048 characters alone held no word of the timeout."""
+    raw = (FIXTURES / "h200-nccl-watchdog-stderr.log").read_bytes()
+    assert b"Watchdog caught" not in raw[-L.STDERR_TAIL_LIMIT :]
+    p = tmp_path / "stderr.log"
+    p.write_bytes(raw)
+    tail = L.read_stderr_tail(str(p))
+    assert tail is not None and len(tail) <= L.STDERR_TAIL_LIMIT
+    assert "Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught" in (
+        tail
+    )
+    assert "Fatal Python error: Aborted" in tail
+    assert tail.endswith('File "<string>", line 4 in <module>')
+    assert "frame #" not in tail and "Extension modules" not in tail and "\n\n\n" not in tail
+
+
+def test_one_long_line_keeps_its_head_and_its_end() -> None:
+    line = "terminate called: " + "y" * 5000 + " the end"
+    tail = L.clean_stderr_tail(("before\n" + line + "\nafter\n").encode(), partial_head=False)
+    kept = tail.splitlines()
+    assert kept[0] == "before" and kept[2] == "after"
+    assert kept[1].startswith("terminate called: ") and kept[1].endswith(" the end")
+    assert "..." in kept[1] and len(kept[1]) <= 512
