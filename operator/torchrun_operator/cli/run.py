@@ -299,8 +299,10 @@ def run(args: argparse.Namespace, sdk: Client, namespace: str) -> int:
     core.create_namespaced_config_map(namespace, configmap)  # type: ignore[arg-type]
     try:
         job = sdk.submit(doc, namespace=namespace)
-    except BaseException:
+    except BaseException as e:
         core.delete_namespaced_config_map(configmap["metadata"]["name"], namespace)
+        if isinstance(e, ValueError):  # the job, as the flags and the runtime make it, is invalid
+            raise RunError(f"the job is not valid: {e}") from None
         raise
     # Owned once the job exists: its uid is known only now.
     core.patch_namespaced_config_map(

@@ -14,11 +14,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ..api.models import JobSpec, JobStatus, RankStatus
-from ..api.names import GROUP, PLURAL, VERSION
+from ..api.names import (
+    CLUSTER_RUNTIME_KIND,
+    CLUSTER_RUNTIME_PLURAL,
+    GROUP,
+    PLURAL,
+    RUNTIME_PLURAL,
+    VERSION,
+)
 from ..api.status_names import Phase
 from .connect import connect
 from .errors import JobFailed, JobNotFound, LogsUnavailable, RankNotFound, WaitTimeout
-from .job import Job, job_object, rank_holder, root_cause
+from .job import Job, job_object, rank_holder, root_cause, runtime_of
 
 # One watch request lasts at most this long (the apiserver ends it; the next one resumes from
 # the last resourceVersion): a connection a proxy dropped silently is noticed within it.
@@ -63,13 +70,39 @@ class Client:
         namespace: str | None = None,
     ) -> Job:
         """Create the job: a JobSpec with `name`, or a whole object as a dict (as in YAML).
-        The spec is validated first (pydantic's ValidationError names the field)."""
+        The spec is validated first (pydantic's ValidationError names the field); a spec that
+        names a runtime is validated merged onto it when the runtime can be read."""
         ns = namespace or self.namespace
-        body = job_object(job, name, ns)
+        ref = runtime_of(job)
+        body = job_object(job, name, ns, self._runtime(ref, ns) if ref else None)
         created = self._custom.create_namespaced_custom_object(
             GROUP, VERSION, ns, PLURAL, body, _request_timeout=REQUEST_TIMEOUT
         )
         return Job.from_object(created)  # type: ignore[arg-type]
+
+    def _runtime(self, ref: tuple[str, str], namespace: str) -> Mapping[str, Any] | None:
+        """The runtime a job names, None when it cannot be read (not there yet: the job waits
+        for it; not readable with these credentials: the operator checks the merge)."""
+        kind, name = ref
+        try:
+            if kind == CLUSTER_RUNTIME_KIND:
+                obj = self._custom.get_cluster_custom_object(
+                    GROUP, VERSION, CLUSTER_RUNTIME_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                )
+            else:
+                obj = self._custom.get_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    RUNTIME_PLURAL,
+                    name,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except ApiException as e:
+            if e.status in (401, 403, 404):
+                return None
+            raise
+        return obj if isinstance(obj, Mapping) else None
 
     def get(self, name: str, *, namespace: str | None = None) -> Job:
         ns = namespace or self.namespace

@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..api import runtimemerge
 from ..api.models import JobSpec, JobStatus, RankStatus
-from ..api.names import API_VERSION, KIND
+from ..api.names import API_VERSION, CLUSTER_RUNTIME_KIND, KIND
 from ..api.ranks import parse_ranks
 from ..api.status_names import FINISHED, Phase
 from .errors import RankNotFound
@@ -81,12 +82,32 @@ def _drop(doc: Any, loc: tuple[int | str, ...]) -> None:
     del node[leaf]
 
 
+def runtime_of(job: JobSpec | Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the training runtime the job's spec names, None without one."""
+    if isinstance(job, JobSpec):
+        ref = job.runtime_ref
+        return (ref.kind, ref.name) if ref else None
+    spec = job.get("spec")
+    ref = spec.get("runtimeRef") if isinstance(spec, Mapping) else None
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+        return None
+    kind = ref.get("kind")
+    return (kind if isinstance(kind, str) else CLUSTER_RUNTIME_KIND), ref["name"]
+
+
 def job_object(
-    job: JobSpec | Mapping[str, Any], name: str | None, namespace: str
+    job: JobSpec | Mapping[str, Any],
+    name: str | None,
+    namespace: str,
+    runtime: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The object to create: a JobSpec (named by `name`), or a whole object as a dict (its
     metadata.name, unless `name` is given). The spec is validated here, so a bad job fails
-    before it reaches the apiserver, with the same message the apiserver would give."""
+    before it reaches the apiserver, with the same message the apiserver would give. A spec
+    that names a runtime may leave the image, the command and more to it: it is validated
+    merged onto `runtime` (the runtime object, as the operator will merge it; ValueError naming
+    each field and where it came from), or, when the runtime could not be read, left to the
+    apiserver's schema and to the operator, which fails the job naming the field."""
     if isinstance(job, JobSpec):
         obj: dict[str, Any] = {"metadata": {}, "spec": spec_dict(job)}
     else:
@@ -95,7 +116,16 @@ def job_object(
         spec = obj.get("spec")
         if not isinstance(spec, Mapping):
             raise ValueError("the job has no spec")
-        JobSpec.model_validate(spec)
+        ref = runtime_of(job)
+        if ref is None:
+            JobSpec.model_validate(spec)
+        elif isinstance(runtime, Mapping) and isinstance(runtime.get("spec"), Mapping):
+            merged = runtimemerge.merge(runtime["spec"], spec)
+            try:
+                JobSpec.model_validate(merged)
+            except ValidationError as e:
+                where = f"{ref[0]} {ref[1]}"
+                raise ValueError(runtimemerge.explain(e, merged, dict(spec), where)) from None
     obj.setdefault("apiVersion", API_VERSION)
     obj.setdefault("kind", KIND)
     if obj["apiVersion"] != API_VERSION or obj["kind"] != KIND:

@@ -73,6 +73,54 @@ def test_submit_a_dict_validates_it_before_anything_is_sent() -> None:
     assert t.sent[0].body["metadata"]["name"] == "train"
 
 
+RUNTIME = "/apis/torchrun.dev/v1alpha1/clusterdistributedtrainingruntimes/cpu"
+
+
+def _runtime_job(**container: Any) -> dict[str, Any]:
+    """A job that leaves the image (and all else but the command) to the runtime `cpu`, as
+    `kubectl dtj run --runtime cpu` submits it."""
+    trainer = {"name": "trainer", "command": ["python", "train.py"], **container}
+    return {
+        "metadata": {"name": "train"},
+        "spec": {
+            "runtimeRef": {"name": "cpu"},
+            "nodes": 1,
+            "template": {"spec": {"containers": [trainer]}},
+        },
+    }
+
+
+def test_submit_a_job_on_a_runtime_validates_it_merged_onto_the_runtime() -> None:
+    """A job that names a runtime may leave the image to it: the runtime is read and the merge
+    validated (before, the job alone was validated: 'image: Field required', a traceback in
+    `kubectl dtj run --runtime`)."""
+    template = jobs.job()["spec"]["template"]
+    del template["spec"]["containers"][0]["command"]
+    runtime = {"kind": "ClusterDistributedTrainingRuntime", "spec": {"template": template}}
+    t = FakeTransport(answers=[(200, runtime), (201, obj())])
+    sdk(t).submit(_runtime_job())
+    assert paths(t) == [("GET", RUNTIME), ("POST", JOBS)]
+    assert "image" not in t.sent[1].body["spec"]["template"]["spec"]["containers"][0]
+    # what the merge lacks is named with where it came from, and nothing is sent
+    bare = {
+        "kind": "ClusterDistributedTrainingRuntime",
+        "spec": {"template": {"spec": {"containers": [{"name": "trainer"}]}}},
+    }
+    t = FakeTransport(answers=[(200, bare)])
+    with pytest.raises(ValueError, match=r"containers\[0\]\.image .*Field required"):
+        sdk(t).submit(_runtime_job())
+    assert paths(t) == [("GET", RUNTIME)]
+
+
+@pytest.mark.parametrize("status", [403, 404])
+def test_submit_on_a_runtime_it_cannot_read_leaves_the_merge_to_the_operator(status: int) -> None:
+    """Not there yet (the job waits for it) or not readable with these credentials: the job
+    is submitted; the operator validates the merge and fails the job naming the field."""
+    t = FakeTransport(answers=[(status, {"kind": "Status"}), (201, obj())])
+    sdk(t).submit(_runtime_job())
+    assert paths(t) == [("GET", RUNTIME), ("POST", JOBS)]
+
+
 def test_get_list_and_delete() -> None:
     t = FakeTransport(
         answers=[
@@ -256,3 +304,26 @@ def test_fields_of_a_newer_operator_are_left_out_not_refused() -> None:
     assert job.phase == "Failed" and job.status.failure is not None
     assert job.status.failure.rank == 1
     assert job.raw["status"]["futureField"] == {"x": 1}  # still there, untyped
+
+
+def test_kubectl_dtj_run_on_a_runtime_the_merge_refuses_is_an_error_line_not_a_traceback(
+    tmp_path: Any,
+) -> None:
+    """`kubectl dtj run --runtime` whose merged job is invalid: RunError (main prints it as one
+    `error:` line), and the ConfigMap made for the script is deleted again."""
+    from torchrun_operator.cli import run as run_cmd
+    from torchrun_operator.cli.main import build_parser
+
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    args = build_parser().parse_args(["run", "--runtime", "cpu", "--name", "t", str(script)])
+    bare = {"spec": {"template": {"spec": {"containers": [{"name": "trainer"}]}}}}
+    cm = {"kind": "ConfigMap", "metadata": {"name": "t-code", "namespace": "ns"}}
+    t = FakeTransport(answers=[(201, cm), (200, bare), (200, {"kind": "Status"})])
+    with pytest.raises(run_cmd.RunError, match=r"not valid: .*image .*Field required"):
+        run_cmd.run(args, sdk(t), "ns")
+    assert paths(t) == [
+        ("POST", "/api/v1/namespaces/ns/configmaps"),
+        ("GET", RUNTIME),
+        ("DELETE", "/api/v1/namespaces/ns/configmaps/t-code"),
+    ]
