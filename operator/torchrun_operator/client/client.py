@@ -74,11 +74,12 @@ class Client:
         names a runtime is validated merged onto it when the runtime can be read."""
         ns = namespace or self.namespace
         ref = runtime_of(job)
-        body = job_object(job, name, ns, self._runtime(ref, ns) if ref else None)
+        runtime = self._runtime(ref, ns) if ref else None
+        body = job_object(job, name, ns, runtime)
         created = self._custom.create_namespaced_custom_object(
             GROUP, VERSION, ns, PLURAL, body, _request_timeout=REQUEST_TIMEOUT
         )
-        return Job.from_object(created)  # type: ignore[arg-type]
+        return Job.from_object(created, runtime)  # type: ignore[arg-type]
 
     def _runtime(self, ref: tuple[str, str], namespace: str) -> Mapping[str, Any] | None:
         """The runtime a job names, None when it cannot be read (not there yet: the job waits

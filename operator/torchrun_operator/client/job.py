@@ -36,14 +36,18 @@ class Job:
     raw: Mapping[str, Any]
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> Job:
+    def from_object(cls, obj: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> Job:
+        """The job as the apiserver returned it. A job that names a runtime has as `spec` its
+        spec merged onto the runtime's, as the operator runs it: onto what status.runtime
+        recorded once the operator resolved it, else onto `runtime` (the runtime object as
+        the client read it); fields left to a runtime neither gives read as UNRESOLVED."""
         meta = obj.get("metadata") or {}
         return cls(
             name=str(meta.get("name", "")),
             namespace=str(meta.get("namespace", "")),
             uid=str(meta.get("uid", "")),
             resource_version=str(meta.get("resourceVersion", "")),
-            spec=lenient(JobSpec, obj.get("spec") or {}),
+            spec=_spec(obj, runtime),
             status=lenient(JobStatus, obj.get("status") or {}),
             raw=obj,
         )
@@ -55,6 +59,38 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.phase in FINISHED
+
+
+# What a job that names a runtime shows for the trainer's image or command while the operator
+# has not resolved its runtime yet and the client could not read it.
+UNRESOLVED = "<from the runtime>"
+
+
+def _spec(obj: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> JobSpec:
+    spec = obj.get("spec") or {}
+    if runtime_of(obj) is None:
+        return lenient(JobSpec, spec)
+    status = obj.get("status")
+    recorded = status.get("runtime") if isinstance(status, Mapping) else None
+    base = next(
+        (
+            r["spec"]
+            for r in (recorded, runtime)
+            if isinstance(r, Mapping) and isinstance(r.get("spec"), Mapping)
+        ),
+        None,
+    )
+    merged = runtimemerge.merge(base, spec) if base is not None else copy.deepcopy(dict(spec))
+    template = merged.setdefault("template", {})
+    pod = template.setdefault("spec", {}) if isinstance(template, dict) else {}
+    containers = (
+        pod.setdefault("containers", [{"name": "trainer"}]) if isinstance(pod, dict) else []
+    )
+    for c in containers if isinstance(containers, list) else []:
+        if isinstance(c, dict):
+            c.setdefault("image", UNRESOLVED)
+            c.setdefault("command", [UNRESOLVED])
+    return lenient(JobSpec, merged)
 
 
 def lenient(model: type[M], data: Mapping[str, Any]) -> M:

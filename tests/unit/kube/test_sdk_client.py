@@ -97,10 +97,16 @@ def test_submit_a_job_on_a_runtime_validates_it_merged_onto_the_runtime() -> Non
     template = jobs.job()["spec"]["template"]
     del template["spec"]["containers"][0]["command"]
     runtime = {"kind": "ClusterDistributedTrainingRuntime", "spec": {"template": template}}
-    t = FakeTransport(answers=[(200, runtime), (201, obj())])
-    sdk(t).submit(_runtime_job())
+    created = {**_runtime_job(), "metadata": {"name": "train", "namespace": "ns", "uid": "u"}}
+    t = FakeTransport(answers=[(200, runtime), (201, created)])
+    job = sdk(t).submit(_runtime_job())
     assert paths(t) == [("GET", RUNTIME), ("POST", JOBS)]
     assert "image" not in t.sent[1].body["spec"]["template"]["spec"]["containers"][0]
+    # the job handed back is the merge the operator will run (the apiserver's answer lacks
+    # the image: before, reading it back raised 'image: Field required')
+    (trainer,) = job.spec.template.spec.containers
+    assert trainer.image == template["spec"]["containers"][0]["image"]
+    assert trainer.command == ["python", "train.py"]
     # what the merge lacks is named with where it came from, and nothing is sent
     bare = {
         "kind": "ClusterDistributedTrainingRuntime",
@@ -327,3 +333,19 @@ def test_kubectl_dtj_run_on_a_runtime_the_merge_refuses_is_an_error_line_not_a_t
         ("GET", RUNTIME),
         ("DELETE", "/api/v1/namespaces/ns/configmaps/t-code"),
     ]
+
+
+def test_a_job_on_a_runtime_reads_back_merged_onto_what_the_operator_recorded() -> None:
+    """get/list/watch hand out a runtime job's spec as the operator runs it: merged onto
+    status.runtime's record; before the operator resolved it, what the runtime gives reads as
+    UNRESOLVED instead of failing the read."""
+    from torchrun_operator.client.job import UNRESOLVED, Job
+
+    doc = _runtime_job()
+    pending = Job.from_object(doc)
+    (trainer,) = pending.spec.template.spec.containers
+    assert (trainer.image, trainer.command) == (UNRESOLVED, ["python", "train.py"])
+    record = {"template": {"spec": {"containers": [{"name": "trainer", "image": "rt:1"}]}}}
+    doc["status"] = {"phase": "Running", "runtime": {"kind": "K", "name": "cpu", "spec": record}}
+    (trainer,) = Job.from_object(doc).spec.template.spec.containers
+    assert (trainer.image, trainer.command) == ("rt:1", ["python", "train.py"])
