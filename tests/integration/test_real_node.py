@@ -8,8 +8,9 @@ a CPU DDP job runs in the runtime image, its launcher as a non-root user; a work
 container's memory limit is OOMKilled and the job's status and root cause say so; /dev/shm is
 a tmpfs sized by the kubelet from what we render (a memory-backed emptyDir without a size: the
 pod's memory limit); the launcher's summary reaches the job through the kubelet's
-termination-message path; and a deleted pod's launcher gets the kubelet's SIGTERM and its
-grace period.
+termination-message path; a deleted pod's launcher gets the kubelet's SIGTERM and its
+grace period; two host-network jobs on one node rendezvous side by side on ports of their
+own; and `kubectl dtj run` on a runtime follows the rank's log through the kubelet's log API.
 
 The module has its own cluster (a real node and a process node, whose pods share one pod
 network) so that nothing of the session's cluster changes; it needs root, dockerd
@@ -22,9 +23,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -392,3 +396,106 @@ def test_a_real_nodes_container_talks_to_a_process_nodes_pod(
     assert wait_for("server done", lambda: finished("server"), timeout=30) == "Succeeded"
     client_ip = core.read_namespaced_pod("client", namespace).status.pod_ip
     assert ip.split(".")[:3] != client_ip.split(".")[:3], (ip, client_ip)
+
+
+# Each job's two workers meet in an all-reduce over gloo, then hold their ports a while, so
+# that the two jobs' pods run side by side on the node's one network.
+HOSTNET_DDP = """
+import os, socket, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print("HOSTNET", os.environ["MASTER_PORT"], socket.gethostname(), int(t.item()), flush=True)
+time.sleep(12)
+dist.destroy_process_group()
+"""
+
+
+def _span(pod: Any) -> tuple[datetime, datetime]:
+    ended = trainer_status(pod).state.terminated
+    return ended.started_at, ended.finished_at
+
+
+def test_two_host_network_jobs_on_one_node_rendezvous_on_ports_of_their_own(
+    kube: client.ApiClient, namespace: str, installed_operator: Any
+) -> None:
+    """hostNetwork pods share their node's addresses: each job gets its own rendezvous and
+    status ports (render/ports.py), so two jobs on the one real node both rendezvous, at the
+    same time, in the node's network namespace (docs/runtimes.md, "Host network")."""
+    names = ("hostnet-a", "hostnet-b")
+    for name in names:
+        spec = job(name, ["python", "-c", HOSTNET_DDP], "1Gi", nprocPerNode=2)
+        spec["spec"]["template"]["spec"]["hostNetwork"] = True
+        create_job(kube, namespace, spec)
+    done = {n: wait_phase(kube, namespace, n, {"Succeeded", "Failed"}, 420) for n in names}
+    for name, obj in done.items():
+        assert obj["status"]["phase"] == "Succeeded", (name, obj["status"])
+        assert obj["status"]["worldSize"] == 2
+    pods = {n: job_pods(kube, namespace, n)[0] for n in names}
+    ports = {}
+    for name, pod in pods.items():
+        assert pod.spec.node_name == "real-0" and pod.spec.host_network, pod.spec
+        assert pod.spec.dns_policy == "ClusterFirstWithHostNet"
+        # the node's address, not one of the pod network's
+        assert pod.status.pod_ip == pod.status.host_ip, pod.status
+        lines = [
+            ln.split()
+            for ln in pod_log(kube, namespace, pod.metadata.name).splitlines()
+            if ln.startswith("HOSTNET")
+        ]
+        assert len(lines) == 2 and {ln[3] for ln in lines} == {"3"}, lines  # 1 + 2, both ranks
+        ports[name] = lines[0][1]
+    assert ports["hostnet-a"] != ports["hostnet-b"], ports
+    (a0, a1), (b0, b1) = _span(pods["hostnet-a"]), _span(pods["hostnet-b"])
+    assert a0 < b1 and b0 < a1, "the two jobs never ran side by side"
+
+
+FOLLOWED = """\
+import os, time
+for step in range(1, 6):
+    print(f"rank {os.environ['RANK']} step {step}", flush=True)
+    time.sleep(1)
+print(f"rank {os.environ['RANK']} done", flush=True)
+"""
+
+
+def test_kubectl_dtj_run_on_a_runtime_follows_the_ranks_log_from_the_kubelet(
+    cluster: Cluster,
+    kube: client.ApiClient,
+    namespace: str,
+    installed_operator: Any,
+    tmp_path: Path,
+) -> None:
+    """As a person would: a platform team's runtime pins the runtime image and the real node;
+    `kubectl dtj run --runtime` ships the script in a ConfigMap (mounted by the kubelet),
+    streams rank 0's log as the kubelet serves it (follow=True, the SDK's Client.logs), and
+    exits 0 with the job's table."""
+    template = job("x", [], "768Mi")["spec"]["template"]
+    del template["spec"]["containers"][0]["command"]  # the job's: `run` gives the script's
+    runtime = {
+        "apiVersion": "torchrun.dev/v1alpha1",
+        "kind": "DistributedTrainingRuntime",
+        "metadata": {"name": "real-cpu", "namespace": namespace},
+        "spec": {"template": template},
+    }
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", namespace, "distributedtrainingruntimes", runtime
+    )
+    script = tmp_path / "steps.py"
+    script.write_text(FOLLOWED)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PYTHONPATH": str(REPO / "operator"),
+    }
+    argv = [sys.executable, "-m", "torchrun_operator.cli.main", "run", "--namespace", namespace]
+    argv += ["--runtime", "real-cpu", "--runtime-kind", "DistributedTrainingRuntime"]
+    argv += ["--name", "followed", str(script)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=420, env=env, check=False)
+    assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
+    shown = out.stdout
+    steps = [f"rank 0 step {i}" for i in range(1, 6)] + ["rank 0 done"]
+    at = [shown.find(line) for line in steps]
+    assert -1 not in at and at == sorted(at), shown[-3000:]
+    assert "Succeeded" in shown, shown[-3000:]
