@@ -8,8 +8,9 @@ Pydantic's JSON schema is turned into a structural OpenAPI v3 schema: $refs inli
 branches dropped, `int | str` as `x-kubernetes-int-or-string`, defaults kept (nested objects
 default to `{}` so their own field defaults apply), descriptions (the models' docstrings) on
 one line per paragraph. The CEL rules that make the apiserver reject bad jobs at `kubectl
-apply` come with the models (api/models.py), next to the Python checks they repeat; only the
-rules on the object's metadata, which no model describes, are here.
+apply` come with the models (api/template.py, api/spec.py), next to the Python checks they
+repeat, and from api/celrules.py (the CEL-only ones); only the rules on the object's metadata,
+which no model describes, are here.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import yaml
 from pydantic import BaseModel
 
 from . import names
-from .models import JobSpec, JobStatus
 from .runtime import RuntimeSpec
+from .spec import JobSpec
+from .status import JobStatus
 
 JsonDict = dict[str, Any]
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from torchrun_operator.api.models import GPU_RESOURCE
+from torchrun_operator.api.bounds import GPU_RESOURCE
 from torchrun_operator.api.names import (
     API_VERSION,
     CLUSTER_RUNTIME_KIND,
