@@ -13,9 +13,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from ..api.models import JobSpec, JobStatus, RankStatus
 from ..api.names import GROUP, PLURAL, VERSION
-from ..api.spec import JobSpec
-from ..api.status import JobStatus, RankStatus
 from ..api.status_names import Phase
 from .connect import connect
 from .errors import JobFailed, JobNotFound, LogsUnavailable, RankNotFound, WaitTimeout

@@ -13,10 +13,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from ..api.models import JobSpec, JobStatus, RankStatus
 from ..api.names import API_VERSION, KIND
 from ..api.ranks import parse_ranks
-from ..api.spec import JobSpec
-from ..api.status import JobStatus, RankStatus
 from ..api.status_names import FINISHED, Phase
 from .errors import RankNotFound
 
