@@ -187,7 +187,7 @@ model (`JobSpec.model_validate`), should a job get past admission: it then fails
 InvalidSpec. Not refused on purpose: a trainer's own `/dev/shm` mount (the operator keeps it
 instead of adding its own).
 
-The bounds (operator/torchrun_operator/api/models.py gives the reasons):
+The bounds (operator/torchrun_operator/api/bounds.py gives the reasons):
 
 {_bounds()}
 

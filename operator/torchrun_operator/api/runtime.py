@@ -5,7 +5,7 @@ A runtime holds what a platform team sets once: the pod template (a container na
 `trainer` and anything else) and defaults for nprocPerNode, torchrun, rendezvous,
 failurePolicy and scheduling. A job names one in spec.runtimeRef and gives only what differs;
 api/runtimemerge.py merges the two, and the merged spec is validated by the job's own
-model (api/models.py JobSpec). So these models check only what a runtime alone can get wrong:
+model (api/spec.py JobSpec). So these models check only what a runtime alone can get wrong:
 its template may leave out what jobs give (the trainer's image and command, typically).
 """
 
@@ -15,19 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from .models import (
-    MAX_CONTAINERS,
-    MAX_VOLUME_MOUNTS,
-    MAX_VOLUMES,
-    FailurePolicy,
-    ProcsPerNode,
-    Rendezvous,
-    Resources,
-    Torchrun,
-    Volume,
-    VolumeMount,
-)
+from .bounds import MAX_CONTAINERS, MAX_VOLUME_MOUNTS, MAX_VOLUMES
 from .scheduling import Scheduling
+from .spec import FailurePolicy, ProcsPerNode, Rendezvous, Torchrun
+from .template import Resources, Volume, VolumeMount
 from .wire import Rule, _Open, _Wire
 
 TRAINER = "trainer"

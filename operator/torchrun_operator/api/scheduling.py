@@ -1,6 +1,6 @@
 """spec.scheduling: gang scheduling and topology placement (docs/scheduling.md).
 
-Imported by api/models.py once its base classes exist; they are defined there."""
+Imported by api/spec.py and api/status.py; its base classes are api/wire.py's."""
 
 from __future__ import annotations
 

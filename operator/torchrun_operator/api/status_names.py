@@ -1,7 +1,7 @@
 """The words a job's status is made of: phases, condition types, reasons and restart kinds.
 
 One home for each: the reconciler writes them, the metrics, kubectl-dtj and the tests read
-them, and the CRD's schema (api/models.py) takes its phase and restart-kind enums from here.
+them, and the CRD's schema (api/status.py) takes its phase and restart-kind enums from here.
 They are `StrEnum`s, so a member is the very string the status holds (`Phase.RUNNING ==
 "Running"`) and goes into JSON and the API unchanged.
 """

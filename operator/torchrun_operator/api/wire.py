@@ -1,7 +1,7 @@
 """The base of every API model: camelCase on the wire, unknown fields refused (or kept, for
 the Kubernetes objects we only partly type), and CEL rules beside the Python checks. Its own
-module so that api/models.py and api/scheduling.py both build on it without importing each
-other."""
+module so that the models (api/template.py, api/spec.py, api/status.py, api/scheduling.py,
+api/runtime.py) all build on it without importing each other."""
 
 from __future__ import annotations
 

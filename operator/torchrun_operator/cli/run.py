@@ -22,16 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from torchrun_operator.api.models import GPU_RESOURCE
-from torchrun_operator.api.names import (
-    API_VERSION,
-    CLUSTER_RUNTIME_KIND,
-    KIND,
-    MAX_LABEL_LENGTH,
-    RUNTIME_KIND,
-)
+from torchrun_operator.api.bounds import GPU_RESOURCE
+from torchrun_operator.api.names import API_VERSION, KIND, MAX_LABEL_LENGTH
 from torchrun_operator.api.status_names import Phase
 from torchrun_operator.cli import format as fmt
+from torchrun_operator.cli.runtimeopts import add_runtime_options
 
 if TYPE_CHECKING:  # the kubernetes client is imported when a command talks to a cluster
     from torchrun_operator.client import Client, Job
@@ -74,17 +69,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--image",
         help=f"image with torch (default {DEFAULT_IMAGE}, or the runtime's with --runtime)",
     )
-    p.add_argument(
-        "--runtime",
-        metavar="NAME",
-        help="run on the training runtime NAME (docs/runtimes.md): its pod template, image and "
+    add_runtime_options(
+        p,
+        "run on the training runtime NAME (docs/runtimes.md): its pod template, image and "
         "settings, with only the script, nodes and the flags given here from this command",
-    )
-    p.add_argument(
-        "--runtime-kind",
-        choices=[CLUSTER_RUNTIME_KIND, RUNTIME_KIND],
-        default=CLUSTER_RUNTIME_KIND,
-        help="the runtime's kind (a DistributedTrainingRuntime is in the job's namespace)",
+        "the runtime's kind (a DistributedTrainingRuntime is in the job's namespace)",
     )
     p.add_argument("--gpus", type=int, default=0, help="GPUs per pod (nvidia.com/gpu limit)")
     p.add_argument("--name", help="the job's name (default: the script's, and a random suffix)")

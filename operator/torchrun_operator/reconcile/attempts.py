@@ -15,7 +15,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from ..api.models import JobSpec
+from ..api.spec import JobSpec
 from ..api.status_names import ConditionType, Phase, Reason, RestartKind
 from .context import Ctx
 from .observe import PodView

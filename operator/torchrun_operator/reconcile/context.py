@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..api.models import JobSpec
+from ..api.spec import JobSpec
 from ..api.status_names import ConditionType, Phase, PodPhase, RestartKind
 from ..api.timefmt import fmt, seconds
 from . import budget

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..api.models import JobSpec
+from ..api.spec import JobSpec
 from ..render.gang import gang_name, min_member
 from .observe import PodView, truncate
 

@@ -40,7 +40,7 @@ def oom_killed_worker(pod: PodView, failure: dict[str, Any]) -> bool:
     OOM kill happened in its cgroup). Seen on a real kubelet with containerd."""
     return (
         pod.reason == OOM_KILLED
-        and failure.get("kind") == "signal"
+        and failure.get("kind") == contract.KIND_SIGNAL
         and failure.get("exitCode") == SIGKILL_EXIT
     )
 

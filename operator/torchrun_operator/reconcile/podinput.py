@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, cast
 
-from ..api.models import MAX_CHECKPOINT_PATH
+from ..api.bounds import MAX_CHECKPOINT_PATH
 from ..launcher import launcher as contract
 
 # Byte caps, checked before decoding. A launcher's answer is well under 8 KiB; the kubelet

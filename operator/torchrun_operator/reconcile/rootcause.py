@@ -95,7 +95,7 @@ def _message_kind(message: object) -> Kind | None:
 
 
 def _pod_kind(pod: PodView, state: object, message: object = None) -> Kind:
-    if pod.reason == "OOMKilled":
+    if pod.reason == OOM_KILLED:
         return "oom"
     if pod.reason == "Evicted" or pod.disruption:
         return "evicted"

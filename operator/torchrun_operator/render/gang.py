@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api import names
-from ..api.models import JobSpec
 from ..api.scheduling import DEFAULT_SCHEDULER_NAMES
+from ..api.spec import JobSpec
 from .common import child_metadata
 from .sizing import job_spec
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api import names
-from ..api.models import JobSpec
+from ..api.spec import JobSpec
 
 # The job's uid on every pod of a job with a placement: the selector of its affinity terms.
 LABEL_JOB_UID = f"{names.GROUP}/job-uid"

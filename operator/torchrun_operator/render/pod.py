@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..api import launchcmd, names
-from ..api.models import RESERVED_VOLUME_PREFIX, JobSpec
+from ..api.bounds import RESERVED_VOLUME_PREFIX
+from ..api.spec import JobSpec
 from ..launcher import launcher as contract
 from . import gang, placement
 from .common import child_metadata

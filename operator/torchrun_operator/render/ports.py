@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from ..api.models import JobSpec
+from ..api.spec import JobSpec
 from ..launcher import launcher as contract
 from .sizing import job_spec
 

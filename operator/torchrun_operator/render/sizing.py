@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.models import JobSpec, trainer_gpu_limit
+from ..api.spec import JobSpec, trainer_gpu_limit
 
 
 def job_spec(job: dict[str, Any] | JobSpec) -> JobSpec:

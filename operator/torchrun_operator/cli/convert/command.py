@@ -13,6 +13,7 @@ import yaml
 
 from torchrun_operator.api import names
 from torchrun_operator.api.runtimemerge import merge
+from torchrun_operator.cli.runtimeopts import add_runtime_options
 
 from .load import MAX_INPUT_BYTES, documents
 from .mapping import convert
@@ -53,17 +54,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "'python /opt/mnist/src/mnist.py'",
     )
     p.add_argument("-o", "--output", choices=["yaml", "json"], default="yaml")
-    p.add_argument(
-        "--runtime",
-        metavar="NAME",
-        help="name the training runtime NAME (docs/runtimes.md) and keep only what differs "
+    add_runtime_options(
+        p,
+        "name the training runtime NAME (docs/runtimes.md) and keep only what differs "
         "from it; the runtime is read from the cluster unless --runtime-file gives it",
-    )
-    p.add_argument(
-        "--runtime-kind",
-        choices=[names.CLUSTER_RUNTIME_KIND, names.RUNTIME_KIND],
-        default=names.CLUSTER_RUNTIME_KIND,
-        help="the runtime's kind (a DistributedTrainingRuntime is read from -n's namespace)",
+        "the runtime's kind (a DistributedTrainingRuntime is read from -n's namespace)",
     )
     p.add_argument("--runtime-file", help="the runtime's YAML, instead of reading the cluster")
 

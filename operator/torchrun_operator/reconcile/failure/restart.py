@@ -8,7 +8,7 @@ attempts loop without progress (crashloop_policy).
 
 from __future__ import annotations
 
-from ...api.models import JobSpec
+from ...api.spec import JobSpec
 from ...api.status_names import ConditionType, Phase, Reason, RestartKind
 from .. import conditions as cond
 from .. import crashloop
