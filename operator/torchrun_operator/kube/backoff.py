@@ -22,7 +22,8 @@ BACKOFF_RESET_SECONDS = 120.0
 def doubling(initial: float, streak: int, cap: float) -> float:
     """`initial` after the first failure in a row (`streak` 1), doubled for each more, at most
     `cap`. min() before the power: 2**streak alone overflows a float past ~1000 failures."""
-    return min(cap, initial * 2 ** min(max(streak - 1, 0), 64))
+    delay: float = min(cap, initial * 2 ** min(max(streak - 1, 0), 64))
+    return delay
 
 
 class Backoff:
