@@ -41,7 +41,7 @@ from typing import Any
 from kubernetes import client
 from torchrun_operator.api.names import API_VERSION, GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import ConditionType
-from torchrun_operator.kube.rankmap import READ_TIMEOUT_SECONDS
+from torchrun_operator.kube.statusread import READ_TIMEOUT_SECONDS
 from torchrun_operator.reconcile.podinput import MAX_ANSWER_BYTES
 
 from bench import progress_cost

@@ -5,9 +5,9 @@ kopf sends no label selector, so a kopf pod handler would stream every pod in th
 The pod watcher lists then watches pods carrying the job label, feeds the pod cache and tells
 the controller which job changed. A watch the server ends resumes from the last
 resourceVersion; 410 Gone (history compacted) and any error cost a re-list, after a back-off
-that grows with consecutive failures, so an apiserver in trouble is not hammered by every
-replica at once. The jobs' watch (kube/jobwatch.py) and Kueue's Workloads' (kube/kueue.py)
-run the same loop.
+that grows with consecutive failures (kube/backoff.py), so an apiserver in trouble is not
+hammered by every replica at once. The jobs' watch (kube/jobwatch.py) and Kueue's Workloads'
+(kube/kueue.py) run the same loop.
 """
 
 from __future__ import annotations
@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,51 +23,16 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
+from torchrun_operator.kube.backoff import Backoff
 from torchrun_operator.kube.cache import JobKey, PodCache
 from torchrun_operator.kube.client import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS
 
 log = logging.getLogger(__name__)
 
-# Back-off between failed attempts, as client-go's reflector does it: from 0.8 s, doubling,
-# at most 30 s. Each delay is drawn from [d/2, d] so replicas that failed together (an
-# apiserver restart) do not come back in lockstep.
-BACKOFF_INITIAL_SECONDS = 0.8
-BACKOFF_MAX_SECONDS = 30.0
-# A failure this long after the previous one starts again from the initial delay (client-go:
-# 2 minutes): one broken stream an hour should not wait like the tenth in a row.
-BACKOFF_RESET_SECONDS = 120.0
 # The longest Retry-After (on 429 Too Many Requests) we obey. The apiserver's priority and
 # fairness asks for a second or so; a header of hours (a broken proxy) must not leave every
 # job without pod events that long.
 RETRY_AFTER_MAX_SECONDS = 60.0
-
-
-class Backoff:
-    """Exponential back-off with jitter, capped, reset after a quiet spell."""
-
-    def __init__(
-        self,
-        initial: float = BACKOFF_INITIAL_SECONDS,
-        cap: float = BACKOFF_MAX_SECONDS,
-        reset_after: float = BACKOFF_RESET_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        rand: Callable[[], float] = random.random,
-    ) -> None:
-        self._initial, self._cap, self._reset_after = initial, cap, reset_after
-        self._clock, self._rand = clock, rand
-        self._last: float | None = None
-        self.streak = 0  # failures in a row, this one included
-
-    def next(self) -> float:
-        """Records a failure; returns how long to wait before the next attempt."""
-        now = self._clock()
-        if self._last is None or now - self._last > self._reset_after:
-            self.streak = 0
-        self._last = now
-        self.streak += 1
-        # min() before the power: 2**streak alone would overflow a float after ~1000 failures.
-        full: float = min(self._cap, self._initial * 2 ** min(self.streak - 1, 64))
-        return full / 2 + self._rand() * full / 2
 
 
 def retry_after(e: BaseException) -> float | None:

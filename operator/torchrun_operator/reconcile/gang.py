@@ -1,5 +1,6 @@
 """Gang scheduling in the status: which gang objects the current attempt owns (recorded before
-the shell creates them and deletes older attempts'), and why pods wait to be scheduled."""
+the shell creates them and deletes older attempts'), and why pods wait to be scheduled (the
+Scheduled condition, and the Waiting phase it implies)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..api.spec import JobSpec
+from ..api.status_names import ConditionType, Reason
 from ..render.gang import gang_name, min_member
+from . import conditions as cond
+from .context import Ctx, Seen
 from .observe import PodView, truncate
 
 # Why a pod is not bound yet, as the scheduler says in its PodScheduled condition.
@@ -57,6 +61,19 @@ def waiting(
     return reason, truncate(f"{head}; {detail}") or ""
 
 
-def scheduled(pods: Mapping[int, PodView], desired: int) -> bool:
-    """Every pod of the attempt is bound to a node."""
-    return len(pods) == desired and all(p.node for p in pods.values())
+def scheduling(ctx: Ctx, seen: Seen) -> bool:
+    """The Scheduled condition, False while the scheduler says it cannot place pods (a gang
+    that does not fit, a topology domain, resources); it appears only once a pod had to wait.
+    True while the job waits so (its phase is then Waiting). Reads status.nodes, written
+    from the same pods before: every pod is bound once its `scheduled` count is the desired."""
+    desired = ctx.spec.nodes
+    why = waiting(seen.current, desired, ctx.spec, ctx.status)
+    if why is not None:
+        if ctx.set_cond(ConditionType.SCHEDULED, False, *why):
+            ctx.event("Normal", Reason.WAITING, why[1])
+    elif (
+        cond.get(ctx.conds, ConditionType.SCHEDULED) and ctx.status["nodes"]["scheduled"] == desired
+    ):
+        message = f"all {desired} pods scheduled"
+        ctx.set_cond(ConditionType.SCHEDULED, True, Reason.ALL_PODS_SCHEDULED, message)
+    return why is not None

@@ -9,7 +9,7 @@ from typing import Any
 import jobs
 import reports
 from torchrun_operator.kube.cache import PodCache, slim_pod
-from torchrun_operator.kube.rankmap import targets_of
+from torchrun_operator.kube.readschedule import targets_of
 from torchrun_operator.reconcile.admission import pods_left
 from torchrun_operator.reconcile.observe import view
 from torchrun_operator.render import render_pod

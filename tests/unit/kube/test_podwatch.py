@@ -8,15 +8,14 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
-from torchrun_operator.kube.cache import JobKey, PodCache
-from torchrun_operator.kube.podwatch import (
+from torchrun_operator.kube.backoff import (
     BACKOFF_INITIAL_SECONDS,
     BACKOFF_MAX_SECONDS,
     BACKOFF_RESET_SECONDS,
-    RETRY_AFTER_MAX_SECONDS,
     Backoff,
-    PodWatcher,
 )
+from torchrun_operator.kube.cache import JobKey, PodCache
+from torchrun_operator.kube.podwatch import RETRY_AFTER_MAX_SECONDS, PodWatcher
 
 
 def pod(name: str, rv: str, job: str = "j") -> dict[str, Any]:

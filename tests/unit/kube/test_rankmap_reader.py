@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from torchrun_operator.kube import rankmap
-from torchrun_operator.kube.rankmap import RankMapReader, ReadSchedule, Target, targets_of
+from torchrun_operator.kube import rankmap, readschedule, statusread
+from torchrun_operator.kube.rankmap import RankMapReader
+from torchrun_operator.kube.readschedule import ReadSchedule, Target, targets_of
 from torchrun_operator.reconcile import podinput
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
@@ -136,13 +137,29 @@ def test_failing_pods_stop_holding_the_job_in_fast_reads_and_are_read_less() -> 
     s = ReadSchedule(jitter=lambda: 0.5)
     s.update("j", T[:1], now=0)
     now = 0.0
-    for _ in range(rankmap.MAX_FAST_FAILURES):
+    for _ in range(readschedule.MAX_FAST_FAILURES):
         assert sweep(s, now) == ["u0"]
         s.done("j", {"u0": None}, now=now)
         now = s.next_wakeup() or 0
     assert s.jobs["j"].next_due == pytest.approx(now)
     assert now - s.jobs["j"].next_due < 1e-9
     sweep(s, now)
+    s.done("j", {"u0": None}, now=now)
+    assert s.next_wakeup() == pytest.approx(now + 4 * 15)
+
+
+def test_a_pod_unreachable_for_a_day_is_still_read_once_a_minute() -> None:
+    # 2.0 ** failures overflows a float past 1023 failed reads in a row (17 hours at one a
+    # minute): the sweep then died before it set the job's next read.
+    s = ReadSchedule(jitter=lambda: 0.5)
+    s.update("j", T[:1], now=0)
+    now = 0.0
+    for _ in range(1500):
+        assert sweep(s, now) == ["u0"]
+        s.done("j", {"u0": None}, now=now)
+        now = s.next_wakeup() or 0
+    assert s.jobs["j"].next_due == pytest.approx(now)
+    assert sweep(s, now) == ["u0"]
     s.done("j", {"u0": None}, now=now)
     assert s.next_wakeup() == pytest.approx(now + 4 * 15)
 
@@ -206,17 +223,17 @@ def server() -> Iterator[http.server.HTTPServer]:
 def test_fetch_reads_a_json_object_and_nothing_else(server: http.server.HTTPServer) -> None:
     port = server.server_address[1]
     _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0, "groupRank": 0}).encode()
-    assert rankmap.fetch("127.0.0.1", port) == LiveAnswer("r", 0, group_rank=0)
+    assert statusread.fetch("127.0.0.1", port) == LiveAnswer("r", 0, group_rank=0)
     _Handler.body = b"[1, 2]"
-    assert rankmap.fetch("127.0.0.1", port) == Rejected("not a JSON object")
-    _Handler.body = b"{" + b" " * (rankmap.MAX_ANSWER_BYTES + 10) + b"}"
-    assert isinstance(rankmap.fetch("127.0.0.1", port), Rejected)
+    assert statusread.fetch("127.0.0.1", port) == Rejected("not a JSON object")
+    _Handler.body = b"{" + b" " * (statusread.MAX_ANSWER_BYTES + 10) + b"}"
+    assert isinstance(statusread.fetch("127.0.0.1", port), Rejected)
     _Handler.body = b"not json"
-    assert rankmap.fetch("127.0.0.1", port) == Rejected("not JSON")
+    assert statusread.fetch("127.0.0.1", port) == Rejected("not JSON")
     server.shutdown()
     server.server_close()
     started = time.monotonic()
-    assert rankmap.fetch("127.0.0.1", port, timeout=0.5) is None
+    assert statusread.fetch("127.0.0.1", port, timeout=0.5) is None
     assert time.monotonic() - started < 2
 
 
@@ -242,7 +259,7 @@ def test_a_pod_that_answers_a_byte_at_a_time_cannot_hold_a_reader() -> None:
     threading.Thread(target=drip, daemon=True).start()
     started = time.monotonic()
     try:
-        assert rankmap.fetch("127.0.0.1", srv.getsockname()[1], timeout=0.5) is None
+        assert statusread.fetch("127.0.0.1", srv.getsockname()[1], timeout=0.5) is None
         assert time.monotonic() - started < 1.5
     finally:
         stop.set()
@@ -411,8 +428,8 @@ def test_the_benchmark_address_gets_every_read_with_the_pods_ip_as_host(
 
     server.RequestHandlerClass = Echo
     _Handler.body = json.dumps({"v": 1, "rdzvId": "r", "index": 0}).encode()
-    monkeypatch.setenv(rankmap.ENV_ADDRESS_OVERRIDE, f"127.0.0.1:{server.server_address[1]}")
-    read = rankmap._default_read()
+    monkeypatch.setenv(statusread.ENV_ADDRESS_OVERRIDE, f"127.0.0.1:{server.server_address[1]}")
+    read = statusread.default_read()
     assert read("10.1.2.3", 29401) == LiveAnswer("r", 0)
     assert read("10.1.2.4", 29401) == LiveAnswer("r", 0)
     assert hosts == ["10.1.2.3", "10.1.2.4"]

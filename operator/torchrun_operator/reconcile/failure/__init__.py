@@ -11,7 +11,7 @@ policy.
 - `avoid`: after a failure that was the node's, the next pods keep off that node.
 
 `on_failures` and `hung` are the entry points. A gang restart they decide leaves the job
-Restarting; the caller then starts the next attempt (reconcile/core.py).
+Restarting; the caller then starts the next attempt (reconcile/running.py).
 """
 
 from __future__ import annotations
