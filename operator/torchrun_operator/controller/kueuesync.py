@@ -13,7 +13,8 @@ from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission
 from torchrun_operator.render import kueue
 
-log = logging.getLogger(__name__)
+# The controller's one logger (torchrun_operator.controller), whichever part logs.
+log = logging.getLogger(__package__)
 
 # How soon a job blocked by an object that is not its own looks again: the object may be a
 # predecessor's child the garbage collector is about to delete.

@@ -35,7 +35,8 @@ from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError
 from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.reconcile import Plan, reconcile, runtimeref
 
-log = logging.getLogger(__name__)
+# The controller's one logger (torchrun_operator.controller), whichever part logs.
+log = logging.getLogger(__package__)
 
 # How long stop() waits for reconciles in flight. It closes the gate first, so no write leaves
 # after that; a write already sent is given up on within its timeout (kube/client.py). The
@@ -48,6 +49,9 @@ def _namespace_terminating(e: ApiException) -> bool:
 
 
 class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
+    """The watches, the workers and the reconcile of one job (sync, then _apply), over the
+    parts it joins: each adds the methods of one concern to the state of state.py."""
+
     # -- wiring ------------------------------------------------------------------------------
 
     def start(self) -> None:

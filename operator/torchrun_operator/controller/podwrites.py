@@ -17,7 +17,8 @@ from torchrun_operator.kube.client import api_message
 from torchrun_operator.kube.gangobjects import GangRefused
 from torchrun_operator.kube.workqueue import backoff_delay
 
-log = logging.getLogger(__name__)
+# The controller's one logger (torchrun_operator.controller), whichever part logs.
+log = logging.getLogger(__package__)
 
 # A pod create the apiserver refused (Pod Security, a quota, a webhook) is retried after
 # 2, 4, 8 ... seconds, at most this long: the cause is usually fixed by a person.

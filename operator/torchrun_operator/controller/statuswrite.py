@@ -16,7 +16,8 @@ from torchrun_operator.controller.state import ControllerState, Obj, ok_codes
 from torchrun_operator.kube import events
 from torchrun_operator.kube.client import api_message, invalid_fields
 
-log = logging.getLogger(__name__)
+# The controller's one logger (torchrun_operator.controller), whichever part logs.
+log = logging.getLogger(__package__)
 
 
 class JobGone(Exception):
