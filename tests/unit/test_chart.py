@@ -85,7 +85,7 @@ def allows(rules: list[Obj], group: str, resource: str, verb: str, name: str | N
 
 
 # Exactly what the operator does in a namespace it serves (docs/security.md has the table):
-# controller.py, kube/podwatch.py, kube/events.py, and kopf's watch of the jobs.
+# controller/, kube/podwatch.py, kube/events.py, and kopf's watch of the jobs.
 NAMESPACED_NEEDS = [
     # podwatch lists and watches by label; gang restarts delete; get: the owner check after a
     # create's 409.

@@ -48,7 +48,7 @@ app.kubernetes.io/part-of: torchrun-operator
 
 {{/*
 Rules on the job's children and the job itself: granted cluster-wide or per watched namespace.
-Exactly the calls the operator makes (controller.py, kube/), and no more: docs/security.md has
+Exactly the calls the operator makes (controller/, kube/), and no more: docs/security.md has
 the table. No patch or update of children, no list but of pods: the operator creates each
 child once, reads one back by name only to check who owns it, and deletes only pods.
 */}}
