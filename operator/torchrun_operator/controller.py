@@ -45,7 +45,7 @@ from torchrun_operator.kube.podwatch import PodWatcher, Watcher
 from torchrun_operator.kube.rankmap import RankMapReader
 from torchrun_operator.kube.runtimes import RuntimeReader
 from torchrun_operator.kube.workqueue import WorkQueue, backoff_delay
-from torchrun_operator.launcher.launcher import STATUS_PORT
+from torchrun_operator.launcher.contract import STATUS_PORT
 from torchrun_operator.reconcile import Plan, children, observe, reconcile, runtimeref
 from torchrun_operator.reconcile import admission as kueue_admission
 from torchrun_operator.reconcile.admission import Admission

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 from . import launchcmd
 from .scheduling import Scheduling, SchedulingStatus
 from .status_names import Phase, RestartKind

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchrun_operator.api import names
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile import podinput
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
