@@ -28,7 +28,7 @@ from .contract import (
     is_comm_error,
 )
 from .logline import log
-from .progress import _progress, final_checkpoint, start_progress_monitor
+from .progress import final_checkpoint, monitors, start_progress_monitor
 from .progress_file import read_step
 from .report import (
     build_summary,
@@ -40,8 +40,8 @@ from .report import (
     truncate_text,
 )
 from .shim import worker_entry_args
-from .stacks import _comm_stacks, dump_own_stacks, on_comm_failure
-from .state import _rank_info, state_dir
+from .stacks import comm_stacks, dump_own_stacks, on_comm_failure
+from .state import rank_info, state_dir
 from .status_server import LIVE
 from .stderr import LOGS_DIR, read_stderr_tail, stderr_capture_flags, stderr_log_path
 
@@ -61,7 +61,7 @@ def write_summary(summary: Summary) -> None:
     round_ = LIVE.get("round")
     if summary.get("groupRank") is not None and round_ is not None:
         summary = {**summary, "round": round_}
-    notes = [m.note for m in _progress if m.note]
+    notes = [m.note for m in monitors if m.note]
     if notes and summary.get("state") != SUCCEEDED:
         message = "; ".join([*notes, summary.get("message") or ""]).rstrip("; ")
         summary = {**summary, "message": message}
@@ -235,7 +235,7 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
     rdzv.DynamicRendezvousHandler.num_nodes_waiting = num_nodes_waiting  # type: ignore[method-assign]
 
 
-class _Terminated(Exception):
+class Terminated(Exception):
     """SIGTERM/SIGINT before torch's agent took over signal handling."""
 
     def __init__(self, signum: int) -> None:
@@ -246,9 +246,9 @@ class _Terminated(Exception):
 _python_handler_ran = threading.Event()
 
 
-def _early_signal_handler(signum: int, frame: Any) -> None:
+def early_signal_handler(signum: int, frame: Any) -> None:
     _python_handler_ran.set()
-    raise _Terminated(signum)
+    raise Terminated(signum)
 
 
 def _kill_children() -> None:
@@ -277,7 +277,7 @@ def _kill_children() -> None:
             pass
 
 
-def _start_signal_watchdog(grace: float) -> None:
+def start_signal_watchdog(grace: float) -> None:
     """Exit promptly on SIGTERM even when the main thread is stuck in C++ (a TCPStore call
     during rendezvous does not return to the interpreter, so no Python handler runs).
 
@@ -424,14 +424,14 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
         )
         log("rendezvous timed out", endpoint=config.rdzv_endpoint)
         dump_own_stacks("rendezvous timed out")
-    except (RendezvousError, SignalException, _Terminated) as e:
+    except (RendezvousError, SignalException, Terminated) as e:
         state, code = FAILED, 1
         message = f"{type(e).__name__}: {e}"
         if isinstance(e, SignalException):
             message = f"launcher terminated by {e.sigval.name}; workers stopped ({message})"
         log("agent stopped", error=message)
 
-    group_rank, ranks, restarts = _rank_info(sdir, known_ranks)
+    group_rank, ranks, restarts = rank_info(sdir, known_ranks)
     if state == SUCCEEDED:
         log(
             "training succeeded",
@@ -449,7 +449,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
             message=message,
             step=read_step(step_file),
             checkpoint=final_checkpoint(step_file),
-            stacks=_comm_stacks,
+            stacks=comm_stacks,
         )
     )
     return code

@@ -29,10 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .agent import (
-    _early_signal_handler,
-    _start_signal_watchdog,
-    _Terminated,
+    Terminated,
+    early_signal_handler,
     run_agent,
+    start_signal_watchdog,
     write_summary,
 )
 from .contract import (
@@ -60,7 +60,7 @@ from .report import build_summary
 from .shim import worker_main
 from .state import reset_state_dir, state_dir
 from .status_server import LIVE, start_status_server
-from .torchrun_flags import _shutdown_timeout, endpoint_host, flag_value, split_argv
+from .torchrun_flags import endpoint_host, flag_value, shutdown_timeout, split_argv
 
 DEFAULT_DNS_TIMEOUT = 300.0
 DNS_LOG_INTERVAL = 5.0
@@ -166,8 +166,8 @@ def launcher_main(argv: list[str]) -> int:
         return 2
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, _early_signal_handler)
-    _start_signal_watchdog(_shutdown_timeout(flags) + 5.0)
+        signal.signal(sig, early_signal_handler)
+    start_signal_watchdog(shutdown_timeout(flags) + 5.0)
 
     index = os.environ.get(ENV_INDEX) or os.environ.get(ENV_NODE_RANK)
     log("launcher starting", pid=os.getpid(), index=index or "?", state_dir=state_dir())
@@ -197,7 +197,7 @@ def launcher_main(argv: list[str]) -> int:
                 write_summary(build_summary(DNS_TIMEOUT, message=message))
                 return 1
         return run_agent(flags, cmd)
-    except _Terminated as e:
+    except Terminated as e:
         log("terminated before training started", signal=signal.Signals(e.signum).name)
         write_summary(build_summary(FAILED, message=str(e)))
         return 1

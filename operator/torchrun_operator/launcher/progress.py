@@ -21,7 +21,7 @@ from .contract import (
 from .logline import log
 from .progress_file import parse_progress, read_progress_text, read_step
 from .stacks import dump_worker_stacks
-from .state import _dumps, _rank_info, _read_text, _write_atomic
+from .state import compact_json, rank_info, read_text, write_atomic
 from .status_server import LIVE
 
 DEFAULT_PROGRESS_WINDOW = 60.0
@@ -93,7 +93,7 @@ class ProgressMonitor:
         self.note: str | None = None  # for the termination summary while stalled
 
     def poll(self, now: float, wall: float | None = None) -> str:
-        ready_text = _read_text(self.ready_path)
+        ready_text = read_text(self.ready_path)
         if ready_text is not None:
             self._ready_text = ready_text
         action = self.watch.observe(
@@ -108,7 +108,7 @@ class ProgressMonitor:
                 file=self.progress_file,
                 step=step,
                 timeout=f"{quiet:g}s",
-                ranks=",".join(str(r) for r in _rank_info(os.path.dirname(self.ready_path), [])[1]),
+                ranks=",".join(str(r) for r in rank_info(os.path.dirname(self.ready_path), [])[1]),
             )
             if self.on_stall is not None:
                 # Before the pod turns NotReady: the operator reads the pod when it does.
@@ -118,7 +118,7 @@ class ProgressMonitor:
                     log("cannot dump stacks", error=f"{type(e).__name__}: {e}")
             marker = {"step": step, "timeout": quiet, "at": round(wall or time.time(), 3)}
             try:
-                _write_atomic(self.stalled_path, _dumps(marker) + "\n")
+                write_atomic(self.stalled_path, compact_json(marker) + "\n")
                 os.remove(self.ready_path)
             except OSError as e:
                 log("cannot withdraw readiness", error=e)
@@ -126,7 +126,7 @@ class ProgressMonitor:
             self.note = None
             log("progress resumed: readiness restored", step=step)
             try:
-                _write_atomic(self.ready_path, self._ready_text or "{}\n")
+                write_atomic(self.ready_path, self._ready_text or "{}\n")
                 os.remove(self.stalled_path)
             except OSError as e:
                 log("cannot restore readiness", error=e)
@@ -135,7 +135,7 @@ class ProgressMonitor:
         return action
 
 
-_progress: list[ProgressMonitor] = []
+monitors: list[ProgressMonitor] = []  # the stall watch, once started: its note goes in the report
 
 
 def progress_timeout() -> float | None:
@@ -183,7 +183,7 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
     window = progress_window()
     interval = min(1.0, timeout / 4) if timeout is not None else 1.0
     if monitor is not None:
-        _progress.append(monitor)
+        monitors.append(monitor)
         log("watching training progress", file=path, timeout=f"{timeout:g}s")
 
     resume = os.path.join(sdir, RESUME_FILE)
@@ -196,7 +196,7 @@ def start_progress_monitor(sdir: str) -> ProgressMonitor | None:
                 checkpoint = LIVE.checkpoint()
                 if checkpoint is not None and checkpoint["path"] != written[0]:
                     # Workers of an in-pod restart resume from it (worker_code).
-                    _write_atomic(resume, checkpoint["path"])
+                    write_atomic(resume, checkpoint["path"])
                     written[0] = checkpoint["path"]
                 if monitor is not None and monitor.poll(time.monotonic()) == "resume":
                     LIVE.set_stall(None)

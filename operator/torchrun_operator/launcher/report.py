@@ -22,7 +22,7 @@ from .contract import (
     Summary,
     is_comm_error,
 )
-from .state import _dumps, _size
+from .state import compact_json, json_size
 
 
 def classify_failure(exitcode: int, recorded_error: str | None) -> FailureKind:
@@ -74,7 +74,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     failures = [dict(f) for f in summary.get("failures", [])]
     failures.sort(key=failure_sort_key)
     out["failures"] = failures
-    if _size(out) <= limit:
+    if json_size(out) <= limit:
         return out
 
     originals = [str(f.get("error") or "") for f in failures]
@@ -91,7 +91,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
                     del f["stderr"]
         if "message" in out:
             out["message"] = truncate_text(top, max(budget, 256))
-        return _size(out) <= limit
+        return json_size(out) <= limit
 
     # 1. Shorten every message evenly, down to a length that still names the error.
     budget = max(len(top), *(len(e) for e in originals), *(len(t) for t in tails), 1)
@@ -102,13 +102,13 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
             return out
     # 2. Many ranks on this node: drop the least telling failures, counted in "omitted".
     omitted = 0
-    while len(failures) > 1 and _size(out) > limit:
+    while len(failures) > 1 and json_size(out) > limit:
         failures.pop()
         originals.pop()
         tails.pop()
         omitted += 1
         out["omitted"] = omitted
-    if _size(out) <= limit:
+    if json_size(out) <= limit:
         return out
     # 3. Pathological (huge ranks list or message): shrink to nothing, then drop the rest.
     out.pop("stacks", None)
@@ -118,13 +118,13 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
     out["message"] = truncate_text(top, 64) if top else None
     if not out["message"]:
         out.pop("message", None)
-    while failures and _size(out) > limit:
+    while failures and json_size(out) > limit:
         failures.pop()
         omitted += 1
         out["omitted"] = omitted
-    if _size(out) > limit:  # a checkpoint path of 1024 escaped characters can be 6 KiB
+    if json_size(out) > limit:  # a checkpoint path of 1024 escaped characters can be 6 KiB
         out.pop("checkpoint", None)
-    if _size(out) > limit:
+    if json_size(out) > limit:
         out["ranks"] = []
     return out
 
@@ -161,9 +161,9 @@ def build_summary(
 
 
 def encode_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> bytes:
-    data = _dumps(fit_summary(summary, limit)).encode("utf-8")
+    data = compact_json(fit_summary(summary, limit)).encode("utf-8")
     if len(data) > limit:  # cannot happen unless limit is absurdly small; never emit broken JSON
-        data = _dumps({"v": SUMMARY_VERSION, "state": summary.get("state", ERROR)}).encode()
+        data = compact_json({"v": SUMMARY_VERSION, "state": summary.get("state", ERROR)}).encode()
     return data
 
 

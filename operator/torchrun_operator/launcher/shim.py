@@ -20,8 +20,8 @@ from typing import Any
 from .contract import ENV_LOCAL_RANK_ARG, ENV_RESUME_FROM, READY_FILE, RESUME_FILE
 from .logline import log
 from .progress_file import MAX_CHECKPOINT_PATH
-from .stacks import _register_stack_dump
-from .state import _dumps, _write_atomic, state_dir
+from .stacks import register_stack_dump
+from .state import compact_json, state_dir, write_atomic
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)?)?$")
 _IGNORED_PYTHON_FLAGS = {"-u", "-B"}
@@ -108,9 +108,9 @@ def _record_worker_state(sdir: str, stacks: str | None = None) -> None:
         record["stacks"] = stacks  # SIGUSR1 dumps this worker's stacks there
     try:
         os.makedirs(sdir, exist_ok=True)
-        _write_atomic(os.path.join(sdir, f"rank-{local_rank}.json"), _dumps(record))
+        write_atomic(os.path.join(sdir, f"rank-{local_rank}.json"), compact_json(record))
         # The shim only runs once rendezvous completed: this worker exists => training started.
-        _write_atomic(os.path.join(sdir, READY_FILE), _dumps(record) + "\n")
+        write_atomic(os.path.join(sdir, READY_FILE), compact_json(record) + "\n")
     except OSError as e:
         log("cannot write worker state", dir=sdir, error=e)
 
@@ -158,7 +158,7 @@ def worker_code(cmd: list[str]) -> tuple[Any, dict[str, Any]]:
     if python_target(cmd) is not None:
         # Only a Python worker can dump its stacks: SIGUSR1 would kill any other program.
         os.makedirs(sdir, exist_ok=True)
-        stacks = _register_stack_dump(sdir, os.environ.get("LOCAL_RANK", "0"))
+        stacks = register_stack_dump(sdir, os.environ.get("LOCAL_RANK", "0"))
     _record_worker_state(sdir, stacks)
     resume = resume_from(sdir)
     if resume is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from .contract import MAX_REPORT_STACKS
 from .logline import log
 from .report import truncate_text
-from .state import _file_size, read_rank_files
+from .state import file_size, read_rank_files
 
 # How long the launcher waits for its workers' stack dumps when training stalls.
 STACK_DUMP_WAIT = 3.0
@@ -92,7 +92,7 @@ def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[st
     sizes: dict[str, int] = {}
     while targets and time.monotonic() < deadline:
         time.sleep(0.1)
-        now = {path: _file_size(path) for _, path, _ in targets}
+        now = {path: file_size(path) for _, path, _ in targets}
         grown = all(now[path] > offset for _, path, offset in targets)
         if grown and now == sizes:
             break  # every dump written, and none still growing
@@ -131,7 +131,7 @@ def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[st
 # rendezvous store gone), before torchrun stops the workers, every live worker of this node
 # dumps its stacks; the ranks found outside a collective go into the report (`stacks`).
 
-_comm_stacks: list[dict[str, Any]] = []  # what the dump found (once per launcher)
+comm_stacks: list[dict[str, Any]] = []  # what the dump found (once per launcher)
 _comm_dumped: list[bool] = []
 
 
@@ -155,7 +155,7 @@ def on_comm_failure(sdir: str, why: str) -> None:
         return
     _comm_dumped.append(True)
     log("communication failure: dumping the workers' stacks", why=truncate_text(why, 300))
-    _comm_stacks[:] = report_stacks(dump_worker_stacks(sdir))
+    comm_stacks[:] = report_stacks(dump_worker_stacks(sdir))
 
 
 def dump_own_stacks(why: str) -> None:
@@ -165,7 +165,7 @@ def dump_own_stacks(why: str) -> None:
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
-def _register_stack_dump(sdir: str, local_rank: str) -> str | None:
+def register_stack_dump(sdir: str, local_rank: str) -> str | None:
     """In a Python worker: SIGUSR1 dumps every thread's stack to stacks-<local rank>.txt."""
     path = os.path.join(sdir, f"stacks-{local_rank}.txt")
     try:

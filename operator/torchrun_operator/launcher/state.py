@@ -13,19 +13,19 @@ from .contract import ENV_STATE_DIR, READY_FILE, STALLED_FILE, STATE_DIR
 from .logline import log
 
 
-def _dumps(obj: Any) -> str:
+def compact_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-def _size(obj: Any) -> int:
-    return len(_dumps(obj).encode("utf-8"))
+def json_size(obj: Any) -> int:
+    return len(compact_json(obj).encode("utf-8"))
 
 
 def state_dir() -> str:
     return os.environ.get(ENV_STATE_DIR) or STATE_DIR
 
 
-def _write_atomic(path: str, data: str) -> None:
+def write_atomic(path: str, data: str) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as fp:
         fp.write(data)
@@ -65,7 +65,7 @@ def read_rank_files(path: str) -> list[dict[str, Any]]:
     return [r for r in records if int(r.get("restartCount", 0)) == last]
 
 
-def _read_text(path: str) -> str | None:
+def read_text(path: str) -> str | None:
     try:
         with open(path) as fp:
             return fp.read()
@@ -73,14 +73,14 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def _file_size(path: str) -> int:
+def file_size(path: str) -> int:
     try:
         return os.path.getsize(path)
     except OSError:
         return 0
 
 
-def _rank_info(sdir: str, fallback_ranks: Sequence[int]) -> tuple[int | None, list[int], int]:
+def rank_info(sdir: str, fallback_ranks: Sequence[int]) -> tuple[int | None, list[int], int]:
     records = read_rank_files(sdir)
     group_ranks = {int(r.get("groupRank", -1)) for r in records} - {-1}
     group_rank = group_ranks.pop() if len(group_ranks) == 1 else None

@@ -22,7 +22,7 @@ from .contract import (
 )
 from .logline import log
 from .progress_file import ProgressMeter
-from .state import _dumps
+from .state import compact_json
 
 
 class LiveState:
@@ -85,7 +85,7 @@ class _StatusHandler(http.server.BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != STATUS_PATH:
             self.send_error(404)
             return
-        body = _dumps(LIVE.snapshot()).encode("utf-8")
+        body = compact_json(LIVE.snapshot()).encode("utf-8")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -48,7 +48,7 @@ def flag_value(flags: Sequence[str], names: Sequence[str]) -> str | None:
     return value
 
 
-def _shutdown_timeout(flags: list[str]) -> float:
+def shutdown_timeout(flags: list[str]) -> float:
     for i, arg in enumerate(flags):
         if arg in ("--shutdown-timeout", "--shutdown_timeout") and i + 1 < len(flags):
             try:

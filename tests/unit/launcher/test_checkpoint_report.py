@@ -71,7 +71,7 @@ def test_a_restarted_worker_resumes_from_what_the_launcher_saw(
     script.write_text("import os\nRESUME = os.environ.get('TORCHRUN_OPERATOR_RESUME_FROM')\n")
     monkeypatch.setenv(contract.ENV_STATE_DIR, str(tmp_path))
     monkeypatch.setenv(contract.ENV_RESUME_FROM, "/c/10")  # as rendered from status: older
-    monkeypatch.setattr(stacks, "_register_stack_dump", lambda sdir, rank: None)
+    monkeypatch.setattr(stacks, "register_stack_dump", lambda sdir, rank: None)
     # worker_code sets these up as `python script.py` does: restored after the test.
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))

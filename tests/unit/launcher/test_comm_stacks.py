@@ -106,7 +106,7 @@ def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[
     ):
         monkeypatch.setattr(cls, name, getattr(cls, name))
     monkeypatch.setattr(stacks, "_comm_dumped", [])
-    monkeypatch.setattr(stacks, "_comm_stacks", [])
+    monkeypatch.setattr(stacks, "comm_stacks", [])
     dumps: list[str] = []
 
     def dump(sdir: str, wait: float = 0) -> list[dict[str, Any]]:
@@ -128,7 +128,7 @@ def test_a_rendezvous_a_failed_peer_closed_ends_this_node_with_its_stacks(
     with pytest.raises(RendezvousClosedError, match="another node's agent ended"):
         num_nodes_waiting(handler)
     assert len(dumps) == 1
-    assert stacks._comm_stacks == [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
+    assert stacks.comm_stacks == [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
 
 
 def test_a_rendezvous_closed_after_success_or_another_round_changes_nothing(

@@ -152,7 +152,7 @@ WORKER = textwrap.dedent(
         open({ready!r}, "w").close()
         time.sleep(60)  # the line the dump names
 
-    path = stacks._register_stack_dump({sdir!r}, "0")
+    path = stacks.register_stack_dump({sdir!r}, "0")
     shim._record_worker_state({sdir!r}, path)
     stuck_in_io()
     """
