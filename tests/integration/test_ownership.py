@@ -64,7 +64,9 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
     core = client.CoreV1Api(kube)
     name = "cm-squat"
     cm_name = names.launcher_configmap_name(name, launcher_digest(packaged_launcher()))
-    evil = {"launcher.pyz": base64.b64encode(b"import sys; sys.exit(0)\n").decode()}
+    evil: dict[str, bytes | str] = {
+        "launcher.pyz": base64.b64encode(b"import sys; sys.exit(0)\n").decode()
+    }
     for cm in (cm_name, f"{name}-launcher"):  # the hashed name, and the name of old
         core.create_namespaced_config_map(
             namespace,
