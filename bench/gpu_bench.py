@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -61,29 +62,46 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH_DIR = ROOT / "bench"
-LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
 if str(ROOT / "operator") not in sys.path:
     sys.path.insert(0, str(ROOT / "operator"))
 
 from torchrun_operator.api import names  # noqa: E402
-from torchrun_operator.launcher import launcher as contract  # noqa: E402
+from torchrun_operator.launcher import contract  # noqa: E402
 from torchrun_operator.render import pod as podmod  # noqa: E402
 from torchrun_operator.render import render_pod  # noqa: E402
+from torchrun_operator.render.configmap import (  # noqa: E402
+    packaged_launcher,
+    packaged_launcher_digest,
+)
 
 # Where the training scripts live in the (notional) image; mapped to BENCH_DIR locally.
 IMAGE_DIR = "/workspace"
 JOB_NAME = "ddp-bench"
 JOB_UID = "00000000-0000-4000-8000-00000000bench"
 
+
+@functools.cache
+def launcher_pyz() -> Path:
+    """The launcher as the ConfigMap mounts it: the operator's zipapp, written once, named by
+    its digest (the rendered pods' bootstrap checks it)."""
+    path = Path(tempfile.gettempdir()) / f"torchrun-launcher-{packaged_launcher_digest()[:16]}"
+    path.mkdir(exist_ok=True)
+    pyz = path / contract.LAUNCHER_FILE
+    if not pyz.exists() or pyz.read_bytes() != packaged_launcher():
+        pyz.write_bytes(packaged_launcher())
+    return pyz
+
+
 LAYOUTS = ("bare", "one-pod", "two-pods")
 # Diagnostic layouts, each the bare or one-pod layout with one thing changed, to find what a
 # difference between those two comes from (``--layouts``; bench/README.md):
-# * bare-shim: bare torchrun running the launcher's worker shim (``launcher.py --worker python
+# * bare-shim: bare torchrun running the launcher's worker shim (``launcher.pyz --worker python
 #   script``) instead of the script: the shim alone, without the launcher's agent or env;
 # * one-pod-agent-store: the one-pod layout without TORCH_DISABLE_SHARE_RDZV_TCP_STORE, so the
 #   workers use the agent's store, as under bare torchrun, instead of rank 0 hosting one;
 # * one-pod-base: the one-pod layout with the launcher file given by --base-launcher (another
-#   version of launcher.py, e.g. before a change), interleaved with the current one;
+#   version of the launcher, a launcher.pyz or an old launcher.py, e.g. before a change),
+#   interleaved with the current one;
 # * bare-net: bare torchrun with the two-pod layout's NCCL transport (NCCL_P2P_DISABLE=1
 #   NCCL_SHM_DISABLE=1): what the transport alone costs, to hold two-pods against.
 DIAGNOSTIC_LAYOUTS = ("bare-shim", "one-pod-agent-store", "one-pod-base", "bare-net")
@@ -261,11 +279,13 @@ def localize_pod(
     workdir: Path,
     port: int,
     gpus: Sequence[int] | None,
-    launcher: Path = LAUNCHER,
+    launcher: Path | None = None,
 ) -> Proc:
     """The trainer container of a rendered pod as a local process: what the kubelet, the
     device plugin and cluster DNS would supply is substituted, nothing else is changed. With
     another ``launcher`` file, the bootstrap is given that file and its digest."""
+    current = launcher_pyz()
+    launcher = launcher or current
     container = copy.deepcopy(pod["spec"]["containers"][0])
     state = workdir / "state"
     state.mkdir(parents=True, exist_ok=True)
@@ -285,7 +305,7 @@ def localize_pod(
     argv = [local(a) for a in [*container["command"], *container.get("args", [])]]
     if argv[0] == "python":
         argv[0] = sys.executable
-    if launcher != LAUNCHER:  # the bootstrap checks the file against the digest after it
+    if launcher != current:  # the bootstrap checks the file against the digest after it
         i = argv.index(str(launcher))
         argv[i + 1] = hashlib.sha256(launcher.read_bytes()).hexdigest()
     # Cluster DNS: <job>-0.<job> resolves to pod 0, here 127.0.0.1 on a free port.
@@ -335,7 +355,7 @@ def layout_procs(
         program = [str(BENCH_DIR / script), *script_args]
         if layout == "bare-shim":
             env[contract.ENV_STATE_DIR] = str(workdir / "state")
-            program = [str(LAUNCHER), "--worker", "python", *program]
+            program = [str(launcher_pyz()), "--worker", "python", *program]
         argv = [
             sys.executable,
             "-m",
@@ -348,7 +368,7 @@ def layout_procs(
         return [Proc("torchrun", argv, env, workdir)]
 
     nodes, per_pod = (1, n) if layout.startswith("one-pod") else (n, 1)
-    launcher = LAUNCHER
+    launcher = launcher_pyz()
     if layout == "one-pod-base":
         if args.base_launcher is None:
             raise SystemExit("layout one-pod-base needs --base-launcher")
@@ -841,7 +861,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--base-launcher",
         type=Path,
-        help="layout one-pod-base: this launcher.py instead of the current one",
+        help="layout one-pod-base: this launcher (.pyz or old launcher.py), not the current",
     )
     p.add_argument(
         "--pyspy",

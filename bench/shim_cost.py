@@ -4,7 +4,7 @@ generator per sample as FakeData does; batches of 100, no loader workers) in pro
 three ways, one after the other, the order rotating every repeat:
 
 * ``python``: ``python -u script`` (what bare torchrun starts);
-* ``shim``: the launcher's worker entry (``launcher.worker_entry_args``), as the agent in a
+* ``shim``: the launcher's worker entry (``shim.worker_entry_args``), as the agent in a
   pod starts it;
 * ``base``: ``python -u <--base-launcher> --worker python script``, how the agent started
   workers before the fix (bench/README.md).
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 sys.path.insert(0, str(ROOT))
-from torchrun_operator.launcher import launcher as L  # noqa: E402
+from torchrun_operator.launcher import contract, shim  # noqa: E402
 
 from bench.gpu_bench import _ratio_line, ratio_stats  # noqa: E402
 
@@ -59,7 +59,7 @@ if __name__ == "__main__":
 
 
 def run(argv: list[str], workdir: Path) -> float:
-    env = {**os.environ, "LOCAL_RANK": "0", L.ENV_STATE_DIR: str(workdir / "state")}
+    env = {**os.environ, "LOCAL_RANK": "0", contract.ENV_STATE_DIR: str(workdir / "state")}
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True, timeout=600)
     line = [x for x in out.stdout.splitlines() if x.startswith("{")][-1]
     return float(json.loads(line)["best_batch_s"])
@@ -69,7 +69,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--samples", type=int, default=3000)
     p.add_argument("--repeats", type=int, default=6)
-    p.add_argument("--base-launcher", type=Path, help="the launcher.py to compare against")
+    p.add_argument("--base-launcher", type=Path, help="an old launcher.py to compare against")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="shim-cost-"))
     script = work / "probe.py"
@@ -77,7 +77,7 @@ def main() -> None:
     py = sys.executable
     ways = {
         "python": [py, "-u", str(script)],
-        "shim": [py, *L.worker_entry_args(["python", str(script)])],
+        "shim": [py, *shim.worker_entry_args(["python", str(script)])],
     }
     if args.base_launcher is not None:
         ways["base"] = [py, "-u", str(args.base_launcher), "--worker", "python", str(script)]

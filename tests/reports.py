@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
+from torchrun_operator.launcher import report as launcher_report
 
 
 def failure(
@@ -33,7 +34,7 @@ def report(
     step: int | None = None,
 ) -> str:
     """The termination message a launcher writes, as the pod's status carries it."""
-    summary = contract.build_summary(
+    summary = launcher_report.build_summary(
         state,
         group_rank=group_rank,
         ranks=ranks,
@@ -42,4 +43,4 @@ def report(
         message=message,
         step=step,
     )
-    return contract.encode_summary(summary).decode("utf-8")
+    return launcher_report.encode_summary(summary).decode("utf-8")

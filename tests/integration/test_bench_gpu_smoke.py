@@ -88,7 +88,7 @@ def test_gpu_bench_smoke_cpu(tmp_path: Path) -> None:
     # The pod layouts ran the launcher the renderer names, and it reported success per pod.
     pods = data["runs"]["one-pod"][0]["processes"] + data["runs"]["two-pods"][0]["processes"]
     for pod in pods:
-        assert pod["argv"][3].endswith("launcher/launcher.py"), pod["argv"]
+        assert pod["argv"][3].endswith("/launcher.pyz"), pod["argv"]
         assert pod["summary"]["state"] == "Succeeded", pod
     group_ranks = sorted(
         p["summary"]["groupRank"] for p in data["runs"]["two-pods"][0]["processes"]

@@ -17,7 +17,6 @@ which needs root, as CI has; when it cannot, the tests fail with its output.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -31,6 +30,7 @@ from docker_fixtures import CLIENT, python_pod
 from kubernetes import client
 from localkube import network
 from localkube.testing import wait_for
+from torchrun_operator.render.configmap import packaged_launcher_digest
 
 REPO = Path(__file__).resolve().parents[2]
 # Not the release tag: the test's build must not replace an image someone built with make.
@@ -57,8 +57,7 @@ class Built:
 
 @pytest.fixture(scope="module")
 def operator_image(docker_engine: None) -> Built:
-    launcher = REPO / "operator/torchrun_operator/launcher/launcher.py"
-    digest = hashlib.sha256(launcher.read_bytes()).hexdigest()
+    digest = packaged_launcher_digest()  # the checkout's launcher package, zipped
     env = {**os.environ, "DOCKER_ENGINE": ""}
     out = subprocess.run(
         ["make", "-C", str(REPO), "image-operator", f"OPERATOR_IMAGE={OPERATOR_IMAGE}"],
@@ -97,7 +96,7 @@ INSIDE = """
 import hashlib, importlib.util, os, shutil, torchrun_operator
 from torchrun_operator.render.configmap import packaged_launcher
 print("PACKAGE", os.path.dirname(torchrun_operator.__file__))
-print("LAUNCHER", hashlib.sha256(packaged_launcher().encode()).hexdigest())
+print("LAUNCHER", hashlib.sha256(packaged_launcher()).hexdigest())
 print("TORCH", importlib.util.find_spec("torch") is not None)
 print("SCRIPTS", shutil.which("torchrun-operator"), shutil.which("kubectl-dtj"))
 print("SRC", os.path.exists("/src"))

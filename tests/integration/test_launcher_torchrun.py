@@ -1,8 +1,9 @@
 """The in-pod launcher with real torch and real torchrun on loopback (no cluster).
 
-Each test runs the launcher as a subprocess exactly as the pod does
-(`python launcher.py <torchrun flags> -- <user command>`) and checks what the operator would
-see: the termination-message JSON, the exit code and the state files.
+Each test runs the launcher as a subprocess exactly as the pod does (the zipapp the operator
+ships, started by the pod's bootstrap, which checks its digest:
+`python -c <bootstrap> launcher.pyz <digest> <torchrun flags> -- <user command>`) and checks what
+the operator would see: the termination-message JSON, the exit code and the state files.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from typing import Any
 
 import pytest
 from localkube.procs import free_port
+from torchrun_operator.launcher import contract
+from torchrun_operator.render.configmap import packaged_launcher, packaged_launcher_digest
+from torchrun_operator.render.pod import LAUNCHER_BOOTSTRAP
 
 ROOT = Path(__file__).resolve().parents[2]
-LAUNCHER = ROOT / "operator" / "torchrun_operator" / "launcher" / "launcher.py"
 TRAIN_DDP = ROOT / "examples" / "scripts" / "train_ddp.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -127,9 +130,19 @@ def start(
         "OMP_NUM_THREADS": "1",
         **(env or {}),
     }
+    launcher = tmp / contract.LAUNCHER_FILE  # as the ConfigMap mounts it
+    if not launcher.exists():
+        launcher.write_bytes(packaged_launcher())
+    bootstrap = [
+        sys.executable,
+        "-c",
+        LAUNCHER_BOOTSTRAP,
+        str(launcher),
+        packaged_launcher_digest(),
+    ]
     fp = log.open("w")
     proc = subprocess.Popen(
-        [*(prefix or []), sys.executable, str(LAUNCHER), *args, "--", *cmd],
+        [*(prefix or []), *bootstrap, *args, "--", *cmd],
         cwd=tmp,
         env=full_env,
         stdout=fp,

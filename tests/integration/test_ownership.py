@@ -7,6 +7,7 @@ adopted nor deleted; a job re-created at once waits for its predecessor's childr
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import Any
 
@@ -63,11 +64,13 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
     core = client.CoreV1Api(kube)
     name = "cm-squat"
     cm_name = names.launcher_configmap_name(name, launcher_digest(packaged_launcher()))
-    evil = "import sys; print('foreign launcher ran'); sys.exit(0)\n"
+    evil: dict[str, bytes | str] = {
+        "launcher.pyz": base64.b64encode(b"import sys; sys.exit(0)\n").decode()
+    }
     for cm in (cm_name, f"{name}-launcher"):  # the hashed name, and the name of old
         core.create_namespaced_config_map(
             namespace,
-            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm), data={"launcher.py": evil}),
+            client.V1ConfigMap(metadata=client.V1ObjectMeta(name=cm), binary_data=evil),
         )
     create_job(kube, namespace, quick_job(name))
     blocked = wait_blocked(kube, namespace, name)
@@ -81,7 +84,7 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
         30,
     )
     # The foreign ConfigMaps are not ours: never deleted, never changed.
-    assert core.read_namespaced_config_map(cm_name, namespace).data == {"launcher.py": evil}
+    assert core.read_namespaced_config_map(cm_name, namespace).binary_data == evil
 
     core.delete_namespaced_config_map(cm_name, namespace)
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
@@ -89,10 +92,8 @@ def test_precreated_launcher_configmap_never_runs(kube: client.ApiClient, namesp
     assert condition(done, "Blocked")["status"] == "False"
     ours: Any = core.read_namespaced_config_map(cm_name, namespace)
     assert [o.uid for o in ours.metadata.owner_references] == [done["metadata"]["uid"]]
-    assert ours.data["launcher.py"] == packaged_launcher()
-    assert core.read_namespaced_config_map(f"{name}-launcher", namespace).data == {
-        "launcher.py": evil
-    }
+    assert base64.b64decode(ours.binary_data["launcher.pyz"]) == packaged_launcher()
+    assert core.read_namespaced_config_map(f"{name}-launcher", namespace).binary_data == evil
 
 
 def test_recreated_job_does_not_adopt_orphaned_pods(kube: client.ApiClient, namespace: str) -> None:

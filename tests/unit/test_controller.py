@@ -24,7 +24,7 @@ import reports
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator import metrics
 from torchrun_operator.controller import Controller
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract
 from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -194,8 +194,8 @@ def running(ready: bool = True) -> Obj:
 def user_exception(rank: int) -> str:
     """The report of a pod whose worker of global rank `rank` raised (just before it ended)."""
     failed_at = (T0 + timedelta(seconds=4)).timestamp()
-    raised = reports.failure(rank, L.KIND_EXCEPTION, failed_at, "RuntimeError: boom")
-    return reports.report(L.FAILED, [rank], [raised])
+    raised = reports.failure(rank, contract.KIND_EXCEPTION, failed_at, "RuntimeError: boom")
+    return reports.report(contract.FAILED, [rank], [raised])
 
 
 class Harness:
@@ -414,7 +414,7 @@ def test_foreign_launcher_configmap_blocks_the_job() -> None:
     h.api.objects[("ConfigMap", name)] = {
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": "ns", "uid": "evil", "resourceVersion": "1"},
-        "data": {"launcher.py": "print('pwned')"},
+        "binaryData": {"launcher.pyz": "cHJpbnQoJ3B3bmVkJyk="},  # print('pwned')
     }
     h.sync()
     h.sync(1)

@@ -7,7 +7,7 @@ Apart from the models because the models (api/template.py, api/spec.py), their C
 
 from __future__ import annotations
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

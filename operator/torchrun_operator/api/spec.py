@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 from . import launchcmd
 from .bounds import (
     GPU_RESOURCE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 
 __all__ = [
     "FINISHED",

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from torchrun_operator import metrics
 from torchrun_operator.controller.state import ControllerState, Obj
-from torchrun_operator.launcher.launcher import STATUS_PORT
+from torchrun_operator.launcher.contract import STATUS_PORT
 from torchrun_operator.reconcile import observe
 from torchrun_operator.render.ports import status_port
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from torchrun_operator.kube.readschedule import ReadSchedule, Target, targets_of
 from torchrun_operator.kube.statusread import Read, checked, default_read
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
 log = logging.getLogger(__name__)

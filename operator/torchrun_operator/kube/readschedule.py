@@ -18,7 +18,7 @@ from typing import Any
 
 from torchrun_operator.api import names
 from torchrun_operator.kube.backoff import doubling
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile.podinput import LiveAnswer
 
 # While a job's rendezvous has not completed: one pod every second, then slower.

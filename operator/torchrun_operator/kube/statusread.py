@@ -10,7 +10,7 @@ import socket
 import time
 from collections.abc import Callable
 
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile import podinput
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 

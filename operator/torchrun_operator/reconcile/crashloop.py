@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 from .rootcause import Candidate
 
 # Kinds whose cause is outside the job: never a crash loop.

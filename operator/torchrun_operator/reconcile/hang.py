@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.timefmt import fmt, seconds
-from ..launcher import launcher as contract
+from ..launcher import contract
 from .observe import Live, PodView, StackSummary
 
 # After every pod is Running, launchers get joinTimeoutSeconds to rendezvous; the margin

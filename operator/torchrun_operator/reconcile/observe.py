@@ -12,7 +12,7 @@ from ..api import names
 from ..api.ranks import format_ranks
 from ..api.status_names import RankPhase, Reason
 from ..api.timefmt import fmt, restamp
-from ..launcher import launcher as contract
+from ..launcher import contract
 from . import failurekinds, podinput
 from .podinput import CheckpointReport, LiveAnswer, Rejected
 

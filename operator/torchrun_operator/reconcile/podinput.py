@@ -36,7 +36,7 @@ from itertools import accumulate
 from typing import Any, cast
 
 from ..api.bounds import MAX_CHECKPOINT_PATH
-from ..launcher import launcher as contract
+from ..launcher import contract
 
 # Byte caps, checked before decoding. A launcher's answer is well under 8 KiB; the kubelet
 # keeps at most 4096 bytes of a termination message (contract.TERMINATION_LIMIT).

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 from . import failurekinds
 from .failurekinds import COLLECTIVE_KINDS, FailureKind
 from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate

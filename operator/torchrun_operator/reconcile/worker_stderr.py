@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..launcher import launcher as contract
+from ..launcher import contract
 
 # Room for the event's prefix ("rank 3 (pod ..., index 1, ...) failed: NonZeroExit, exit code
 # 2: ") within observe.MAX_MESSAGE, so the quoted stderr's last line survives there too.

@@ -13,7 +13,7 @@ from .sizing import job_spec, nproc_per_node, world_size
 
 def children(
     job: dict[str, Any],
-    launcher_source: str,
+    launcher: bytes,
     network_policy_default: bool = True,
     operator: OperatorPeer | None = None,
 ) -> list[dict[str, Any]]:
@@ -22,7 +22,7 @@ def children(
     `network_policy_default` is the operator's --network-policy setting, which a job's
     spec.networkPolicy.enabled overrides either way; `operator` (where its pods run) is
     admitted to the launchers' status port."""
-    out = [render_service(job), render_launcher_configmap(job, launcher_source)]
+    out = [render_service(job), render_launcher_configmap(job, launcher)]
     if wants_network_policy(job, network_policy_default):
         out.append(render_network_policy(job, operator))
     return out

@@ -9,7 +9,7 @@ from typing import Any
 from ..api import launchcmd, names
 from ..api.bounds import RESERVED_VOLUME_PREFIX
 from ..api.spec import JobSpec
-from ..launcher import launcher as contract
+from ..launcher import contract
 from . import gang, placement
 from .common import child_metadata
 from .configmap import packaged_launcher_digest
@@ -22,7 +22,8 @@ PROGRESS_FILE = f"{contract.STATE_DIR}/{contract.PROGRESS_FILE}"
 
 # The pod runs the launcher only if its bytes hash to the digest the operator rendered: the
 # ConfigMap is owned and immutable, and this check makes a swapped file fail loudly instead of
-# running. runpy gives the launcher a proper __main__ and __file__ (its workers re-run it).
+# running. The launcher is a zipapp (render/configmap.py): runpy.run_path puts the archive on
+# sys.path and runs its __main__, which runs the launcher package's main.
 LAUNCHER_BOOTSTRAP = (
     "import hashlib,runpy,sys;p,h=sys.argv[1:3];"
     "hashlib.sha256(open(p,'rb').read()).hexdigest()==h or "

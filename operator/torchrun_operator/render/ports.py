@@ -19,7 +19,7 @@ import hashlib
 from typing import Any
 
 from ..api.spec import JobSpec
-from ..launcher import launcher as contract
+from ..launcher import contract
 from .sizing import job_spec
 
 # Host-network pairs lie in [HOST_PORT_BASE, HOST_PORT_BASE + 2 * HOST_PORT_PAIRS): below the

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract, progress, progress_file, report, shim, stacks
 from torchrun_operator.reconcile import podinput
 
 
@@ -20,8 +20,11 @@ def line(**fields: object) -> str:
 
 def test_a_checkpoint_report_is_parsed_and_its_step_is_the_step_when_none_is_given() -> None:
     ck = {"step": 40, "path": "/ckpt/step-40.pt"}
-    assert L.parse_progress(line(step=41, checkpoint=ck)) == {"step": 41, "checkpoint": ck}
-    assert L.parse_progress(line(checkpoint=ck)) == {"step": 40, "checkpoint": ck}
+    assert progress_file.parse_progress(line(step=41, checkpoint=ck)) == {
+        "step": 41,
+        "checkpoint": ck,
+    }
+    assert progress_file.parse_progress(line(checkpoint=ck)) == {"step": 40, "checkpoint": ck}
 
 
 @pytest.mark.parametrize(
@@ -38,11 +41,11 @@ def test_a_checkpoint_report_is_parsed_and_its_step_is_the_step_when_none_is_giv
     ],
 )
 def test_a_bad_checkpoint_is_dropped_and_the_step_kept(checkpoint: object) -> None:
-    assert L.parse_progress(line(step=5, checkpoint=checkpoint)) == {"step": 5}
+    assert progress_file.parse_progress(line(step=5, checkpoint=checkpoint)) == {"step": 5}
 
 
 def test_the_meter_keeps_the_latest_checkpoint_across_lines_without_one() -> None:
-    meter = L.ProgressMeter(60)
+    meter = progress_file.ProgressMeter(60)
     meter.observe(100.0, line(step=10, checkpoint={"step": 10, "path": "/c/10"}))
     meter.observe(101.0, line(step=11))
     snap = meter.snapshot(102.0)
@@ -56,38 +59,40 @@ def test_the_meter_keeps_the_latest_checkpoint_across_lines_without_one() -> Non
 def test_a_restarted_worker_resumes_from_what_the_launcher_saw(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert L.resume_from(str(tmp_path)) is None
-    (tmp_path / L.RESUME_FILE).write_text("/c/20")
-    assert L.resume_from(str(tmp_path)) == "/c/20"
-    (tmp_path / L.RESUME_FILE).write_text("x" * 1025)
-    assert L.resume_from(str(tmp_path)) is None
+    assert shim.resume_from(str(tmp_path)) is None
+    (tmp_path / contract.RESUME_FILE).write_text("/c/20")
+    assert shim.resume_from(str(tmp_path)) == "/c/20"
+    (tmp_path / contract.RESUME_FILE).write_text("x" * 1025)
+    assert shim.resume_from(str(tmp_path)) is None
 
     # The shim sets it in the worker's environment before the script runs.
-    (tmp_path / L.RESUME_FILE).write_text("/c/20")
+    (tmp_path / contract.RESUME_FILE).write_text("/c/20")
     script = tmp_path / "s.py"
     script.write_text("import os\nRESUME = os.environ.get('TORCHRUN_OPERATOR_RESUME_FROM')\n")
-    monkeypatch.setenv(L.ENV_STATE_DIR, str(tmp_path))
-    monkeypatch.setenv(L.ENV_RESUME_FROM, "/c/10")  # as rendered from status: older
-    monkeypatch.setattr(L, "_register_stack_dump", lambda sdir, rank: None)
+    monkeypatch.setenv(contract.ENV_STATE_DIR, str(tmp_path))
+    monkeypatch.setenv(contract.ENV_RESUME_FROM, "/c/10")  # as rendered from status: older
+    monkeypatch.setattr(stacks, "register_stack_dump", lambda sdir, rank: None)
     # worker_code sets these up as `python script.py` does: restored after the test.
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
-    code, scope = L.worker_code(["python", str(script)])
+    code, scope = shim.worker_code(["python", str(script)])
     try:
         exec(code, scope)
     finally:
-        os.environ.pop(L.ENV_RESUME_FROM, None)
+        os.environ.pop(contract.ENV_RESUME_FROM, None)
     assert scope["RESUME"] == "/c/20"
 
 
 def test_the_final_report_carries_the_latest_checkpoint(tmp_path: Path) -> None:
-    progress = tmp_path / "progress"
-    progress.write_text(line(step=40, checkpoint={"step": 40, "path": "/c/40"}))
-    summary = L.build_summary(L.SUCCEEDED, step=40, checkpoint=L.final_checkpoint(str(progress)))
+    progress_path = tmp_path / "progress"
+    progress_path.write_text(line(step=40, checkpoint={"step": 40, "path": "/c/40"}))
+    summary = report.build_summary(
+        contract.SUCCEEDED, step=40, checkpoint=progress.final_checkpoint(str(progress_path))
+    )
     assert summary["checkpoint"] == {"step": 40, "path": "/c/40"}
     # the operator reads it back from the termination message
-    report = podinput.parse_report(L.encode_summary(summary).decode())
-    assert isinstance(report, dict) and report["checkpoint"] == {"step": 40, "path": "/c/40"}
+    parsed = podinput.parse_report(report.encode_summary(summary).decode())
+    assert isinstance(parsed, dict) and parsed["checkpoint"] == {"step": 40, "path": "/c/40"}
     bad = dict(summary, checkpoint={"step": 40, "path": "x" * 2000})
     assert isinstance(podinput.parse_report(json.dumps(bad)), podinput.Rejected)

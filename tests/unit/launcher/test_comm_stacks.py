@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import agent, contract, report, stacks
 from torchrun_operator.reconcile import podinput
 
 
@@ -21,24 +21,28 @@ def test_only_ranks_outside_a_collective_are_reported_and_at_most_a_few() -> Non
         {"rank": None, "inCollective": False, "at": "x"},  # a worker that never said its rank
         *({"rank": r, "inCollective": False, "at": "/t.py:1 in f" * 50} for r in range(2, 9)),
     ]
-    out = L.report_stacks(dumped)
+    out = stacks.report_stacks(dumped)
     assert out[0] == {"rank": 1, "inCollective": False, "at": "/t.py:40 in main"}
-    assert len(out) == L.MAX_REPORT_STACKS
+    assert len(out) == contract.MAX_REPORT_STACKS
     assert all(len(s.get("at", "")) <= 256 for s in out)
 
 
 def test_the_report_carries_them_and_reads_back_whole() -> None:
     stacks = [{"rank": 1, "inCollective": False, "at": "/t.py:40 in main"}]
-    summary = L.build_summary(L.FAILED, group_rank=1, ranks=[1], stacks=stacks, message="x")
-    assert podinput.parse_report(L.encode_summary(summary).decode()) == summary
+    summary = report.build_summary(
+        contract.FAILED, group_rank=1, ranks=[1], stacks=stacks, message="x"
+    )
+    assert podinput.parse_report(report.encode_summary(summary).decode()) == summary
 
 
 def test_a_report_too_big_drops_its_stacks_before_its_ranks() -> None:
     stacks = [{"rank": 1, "inCollective": False, "at": "a" * 256}] * 4
-    summary = L.build_summary(L.FAILED, ranks=list(range(900)), stacks=stacks, message="m")
-    fitted = L.fit_summary(summary)
+    summary = report.build_summary(
+        contract.FAILED, ranks=list(range(900)), stacks=stacks, message="m"
+    )
+    fitted = report.fit_summary(summary)
     assert "stacks" not in fitted and len(fitted["ranks"]) == 900
-    assert len(L.encode_summary(summary)) <= L.TERMINATION_LIMIT
+    assert len(report.encode_summary(summary)) <= contract.TERMINATION_LIMIT
 
 
 @pytest.mark.parametrize(
@@ -58,11 +62,11 @@ def test_a_hostile_stacks_field_is_refused(stacks: object, why: str) -> None:
 
 
 def test_stacks_beyond_the_cap_are_cut_and_long_locations_truncated() -> None:
-    stacks = [{"rank": r, "inCollective": False, "at": "f" * 300} for r in range(20)]
-    message = json.dumps({"v": 1, "state": "Failed", "ranks": [], "failures": [], "stacks": stacks})
+    many = [{"rank": r, "inCollective": False, "at": "f" * 300} for r in range(20)]
+    message = json.dumps({"v": 1, "state": "Failed", "ranks": [], "failures": [], "stacks": many})
     got = podinput.parse_report(message)
     assert isinstance(got, dict)
-    assert len(got["stacks"]) == L.MAX_REPORT_STACKS
+    assert len(got["stacks"]) == contract.MAX_REPORT_STACKS
     assert all(len(s["at"]) <= podinput.MAX_LOCATION for s in got["stacks"])
 
 
@@ -101,16 +105,16 @@ def waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[
         (rdzv.DynamicRendezvousHandler, "num_nodes_waiting"),
     ):
         monkeypatch.setattr(cls, name, getattr(cls, name))
-    monkeypatch.setattr(L, "_comm_dumped", [])
-    monkeypatch.setattr(L, "_comm_stacks", [])
+    monkeypatch.setattr(stacks, "_comm_dumped", [])
+    monkeypatch.setattr(stacks, "comm_stacks", [])
     dumps: list[str] = []
 
     def dump(sdir: str, wait: float = 0) -> list[dict[str, Any]]:
         dumps.append(sdir)
         return [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
 
-    monkeypatch.setattr(L, "dump_worker_stacks", dump)
-    L._patch_comm_failure_stacks(str(tmp_path), None)
+    monkeypatch.setattr(stacks, "dump_worker_stacks", dump)
+    agent._patch_comm_failure_stacks(str(tmp_path), None)
     return rdzv.DynamicRendezvousHandler.num_nodes_waiting, dumps
 
 
@@ -124,7 +128,7 @@ def test_a_rendezvous_a_failed_peer_closed_ends_this_node_with_its_stacks(
     with pytest.raises(RendezvousClosedError, match="another node's agent ended"):
         num_nodes_waiting(handler)
     assert len(dumps) == 1
-    assert L._comm_stacks == [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
+    assert stacks.comm_stacks == [{"rank": 0, "inCollective": False, "at": "/t.py:60 in main"}]
 
 
 def test_a_rendezvous_closed_after_success_or_another_round_changes_nothing(

@@ -11,9 +11,7 @@ import pytest
 import reports
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torchrun_operator.launcher import launcher as L
-
-LAUNCHER = Path(L.__file__)
+from torchrun_operator.launcher import contract, main, progress_file, report, shim, torchrun_flags
 
 
 def _record(message: str) -> dict[str, object]:
@@ -60,11 +58,11 @@ def _record(message: str) -> dict[str, object]:
     ],
 )
 def test_classify_failure(exitcode: int, error: str | None, kind: str) -> None:
-    assert L.classify_failure(exitcode, error) == kind
+    assert report.classify_failure(exitcode, error) == kind
 
 
 def test_failure_record_reads_torchelastic_error_file() -> None:
-    f = L.failure_record(3, 1, -6, _record("RuntimeError: boom"), "ignored", 1700000009)
+    f = report.failure_record(3, 1, -6, _record("RuntimeError: boom"), "ignored", 1700000009)
     assert f == {
         "rank": 3,
         "localRank": 1,
@@ -76,19 +74,19 @@ def test_failure_record_reads_torchelastic_error_file() -> None:
 
 
 def test_failure_record_without_error_file() -> None:
-    sig = L.failure_record(1, 1, -9, {}, "Signal 9 (SIGKILL) received by PID 7", 1700000001)
+    sig = report.failure_record(1, 1, -9, {}, "Signal 9 (SIGKILL) received by PID 7", 1700000001)
     assert sig["kind"] == "signal" and "SIGKILL" in sig["error"] and sig["at"] == 1700000001.0
     # what ProcessFailure holds when the worker wrote no error file
-    none = L.failure_record(1, 1, -9, {"message": "<NONE>"}, "Signal 9 (SIGKILL)", 1700000001)
+    none = report.failure_record(1, 1, -9, {"message": "<NONE>"}, "Signal 9 (SIGKILL)", 1700000001)
     assert none["kind"] == "signal" and none["error"] == "Signal 9 (SIGKILL)"
-    ex = L.failure_record(0, 0, 3, {}, "To enable traceback see: https://...", 1700000001)
+    ex = report.failure_record(0, 0, 3, {}, "To enable traceback see: https://...", 1700000001)
     assert ex["kind"] == "exit" and ex["error"] == ("exited with code 3 without recording an error")
 
 
 def test_failure_record_prefers_precise_timestamp() -> None:
     rec = _record("RuntimeError: boom")
     rec["message"]["extraInfo"]["timestampPrecise"] = "1700000000.250"  # type: ignore[index]
-    assert L.failure_record(0, 0, 1, rec, "", 1)["at"] == 1700000000.25
+    assert report.failure_record(0, 0, 1, rec, "", 1)["at"] == 1700000000.25
 
 
 def test_truncate_keeps_exception_line_of_traceback() -> None:
@@ -97,27 +95,29 @@ def test_truncate_keeps_exception_line_of_traceback() -> None:
         + "  File x.py, line 1\n" * 500
         + ("RuntimeError: the useful bit")
     )
-    out = L.truncate_text(tb, 300)
+    out = report.truncate_text(tb, 300)
     assert len(out) <= 300
     assert out.endswith("RuntimeError: the useful bit")
     assert out.startswith("Traceback")
-    assert L.truncate_text("short", 300) == "short"
+    assert report.truncate_text("short", 300) == "short"
 
 
-def _failure(rank: int, kind: L.FailureKind, error: str, at: float = 1.0) -> L.FailureRecord:
+def _failure(
+    rank: int, kind: contract.FailureKind, error: str, at: float = 1.0
+) -> contract.FailureRecord:
     return reports.failure(rank, kind, at, error, local_rank=rank)
 
 
 def test_huge_message_fits_and_stays_valid_json() -> None:
     big = "RuntimeError: " + "x" * 100_000 + " END"
-    s = L.build_summary(
-        L.FAILED,
+    s = report.build_summary(
+        contract.FAILED,
         group_rank=0,
         ranks=[0, 1],
         failures=[_failure(1, "exception", big), _failure(0, "signal", "Signal 15 (SIGTERM)")],
     )
-    data = L.encode_summary(s)
-    assert len(data) <= L.TERMINATION_LIMIT
+    data = report.encode_summary(s)
+    assert len(data) <= contract.TERMINATION_LIMIT
     parsed = json.loads(data)
     assert parsed["state"] == "Failed" and parsed["ranks"] == [0, 1]
     assert [f["rank"] for f in parsed["failures"]] == [1, 0]
@@ -132,9 +132,11 @@ def test_many_failures_drop_least_telling_and_count_them() -> None:
         for r in range(200)
     ]
     failures.append(_failure(150, "exception", "RuntimeError: root cause", at=5.0))
-    data = L.encode_summary(L.build_summary(L.FAILED, ranks=range(200), failures=failures))
+    data = report.encode_summary(
+        report.build_summary(contract.FAILED, ranks=range(200), failures=failures)
+    )
     parsed = json.loads(data)
-    assert len(data) <= L.TERMINATION_LIMIT
+    assert len(data) <= contract.TERMINATION_LIMIT
     assert parsed["failures"][0]["kind"] == "exception"
     assert "root cause" in parsed["failures"][0]["error"]
     assert parsed["omitted"] + len(parsed["failures"]) == 201
@@ -146,25 +148,27 @@ def test_many_failures_drop_least_telling_and_count_them() -> None:
     message=st.one_of(st.none(), st.text(max_size=8000)),
 )
 def test_encoded_summary_always_fits(errors: list[str], message: str | None) -> None:
-    failures = [_failure(i, L.KIND_ORDER[i % 4], e) for i, e in enumerate(errors)]
-    data = L.encode_summary(
-        L.build_summary(L.FAILED, ranks=range(len(errors)), failures=failures, message=message)
+    failures = [_failure(i, contract.KIND_ORDER[i % 4], e) for i, e in enumerate(errors)]
+    data = report.encode_summary(
+        report.build_summary(
+            contract.FAILED, ranks=range(len(errors)), failures=failures, message=message
+        )
     )
-    assert len(data) <= L.TERMINATION_LIMIT
+    assert len(data) <= contract.TERMINATION_LIMIT
     parsed = json.loads(data.decode("utf-8"))
     assert parsed["v"] == 1 and parsed["state"] == "Failed"
 
 
 def test_exit_code_follows_root_failure() -> None:
-    assert L.exit_code_for([_failure(0, "signal", "")]) == 1
+    assert report.exit_code_for([_failure(0, "signal", "")]) == 1
     f = _failure(3, "exit", "")
     f["exitCode"] = 7
-    assert L.exit_code_for([_failure(0, "comm", "x") | {"exitCode": -15}, f]) == 7
-    assert L.exit_code_for([]) == 1
+    assert report.exit_code_for([_failure(0, "comm", "x") | {"exitCode": -15}, f]) == 7
+    assert report.exit_code_for([]) == 1
 
 
 @pytest.mark.parametrize(
-    ("flags", "env", "host"),
+    ("argv", "env", "host"),
     [
         (["--rdzv-endpoint", "job-0.job:29400"], {}, "job-0.job"),
         (["--rdzv_endpoint=job-0.job:29400"], {}, "job-0.job"),
@@ -174,19 +178,19 @@ def test_exit_code_follows_root_failure() -> None:
         (["--nnodes", "2"], {}, None),
     ],
 )
-def test_endpoint_host(flags: list[str], env: dict[str, str], host: str | None) -> None:
-    assert L.endpoint_host(flags, env) == host
+def test_endpoint_host(argv: list[str], env: dict[str, str], host: str | None) -> None:
+    assert torchrun_flags.endpoint_host(argv, env) == host
 
 
 def test_split_argv() -> None:
-    assert L.split_argv(["--nnodes", "1", "--", "python", "t.py", "--", "x"]) == (
+    assert torchrun_flags.split_argv(["--nnodes", "1", "--", "python", "t.py", "--", "x"]) == (
         ["--nnodes", "1"],
         ["python", "t.py", "--", "x"],
     )
     with pytest.raises(ValueError):
-        L.split_argv(["--nnodes", "1", "python", "t.py"])
+        torchrun_flags.split_argv(["--nnodes", "1", "python", "t.py"])
     with pytest.raises(ValueError):
-        L.split_argv(["--nnodes", "1", "--"])
+        torchrun_flags.split_argv(["--nnodes", "1", "--"])
 
 
 @pytest.mark.parametrize(
@@ -201,18 +205,18 @@ def test_split_argv() -> None:
     ],
 )
 def test_python_target(cmd: list[str], target: object) -> None:
-    assert L.python_target(cmd) == target
+    assert shim.python_target(cmd) == target
 
 
 def test_read_step(tmp_path: Path) -> None:
     p = tmp_path / "progress"
-    assert L.read_step(str(p)) is None
+    assert progress_file.read_step(str(p)) is None
     p.write_text("41\n")
-    assert L.read_step(str(p)) == 41
+    assert progress_file.read_step(str(p)) == 41
     p.write_text('{"step": 7, "loss": 0.1}')
-    assert L.read_step(str(p)) == 7
+    assert progress_file.read_step(str(p)) == 7
     p.write_text("garbage")
-    assert L.read_step(str(p)) is None
+    assert progress_file.read_step(str(p)) is None
 
 
 def test_wait_for_dns_times_out_and_succeeds() -> None:
@@ -222,7 +226,7 @@ def test_wait_for_dns_times_out_and_succeeds() -> None:
         calls.append(host)
         raise OSError("Name or service not known")
 
-    assert L.wait_for_dns("job-0.job", 0.3, resolve=never, interval=0.05) is False
+    assert main.wait_for_dns("job-0.job", 0.3, resolve=never, interval=0.05) is False
     assert calls and set(calls) == {"job-0.job"}
 
     attempts = iter([OSError("not yet"), OSError("not yet")])
@@ -233,7 +237,7 @@ def test_wait_for_dns_times_out_and_succeeds() -> None:
             raise err
         return [(2, 1, 6, "", ("10.0.0.7", 0))]
 
-    assert L.wait_for_dns("job-0.job", 5, resolve=later, interval=0.01) is True
+    assert main.wait_for_dns("job-0.job", 5, resolve=later, interval=0.01) is True
 
 
 def test_wait_for_dns_bounds_a_hanging_resolver() -> None:
@@ -244,7 +248,7 @@ def test_wait_for_dns_bounds_a_hanging_resolver() -> None:
         return []
 
     start = time.monotonic()
-    assert L.wait_for_dns("job-0.job", 0.5, resolve=hang) is False
+    assert main.wait_for_dns("job-0.job", 0.5, resolve=hang) is False
     assert time.monotonic() - start < 2
 
 
@@ -252,22 +256,25 @@ def test_worker_error_file_matches_torchelastic_format() -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError as e:
-        payload = L.error_file_payload(e, "Traceback...\nRuntimeError: boom\n", 1700000000.5)
+        payload = shim.error_file_payload(e, "Traceback...\nRuntimeError: boom\n", 1700000000.5)
     assert payload["message"]["message"] == "RuntimeError: boom"
     # torchelastic parses int(extraInfo.timestamp): it must stay an integer string
     assert int(payload["message"]["extraInfo"]["timestamp"]) == 1700000000
 
 
-def test_help_and_bad_args_without_torch(tmp_path: Path) -> None:
-    """The operator ships the file to images we don't know: --help and argument errors must not
-    need torch (-I isolates from site-packages, so torch is not importable)."""
+def test_help_and_bad_args_without_torch(tmp_path: Path, launcher_pyz: Path) -> None:
+    """The operator ships the zipapp to images we don't know: --help and argument errors must
+    not need torch (-I isolates from site-packages, so torch is not importable)."""
     help_ = subprocess.run(
-        [sys.executable, "-I", str(LAUNCHER), "--help"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-I", str(launcher_pyz), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert help_.returncode == 0 and "usage:" in help_.stdout
     term = tmp_path / "term"
     bad = subprocess.run(
-        [sys.executable, "-I", str(LAUNCHER), "--nnodes", "1", "python", "x.py"],
+        [sys.executable, "-I", str(launcher_pyz), "--nnodes", "1", "python", "x.py"],
         capture_output=True,
         text=True,
         timeout=30,

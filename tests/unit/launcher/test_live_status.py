@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from localkube.procs import free_port
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import progress_file, stacks, state, status_server, torchrun_flags
 
 
 @pytest.mark.parametrize(
@@ -36,11 +36,11 @@ from torchrun_operator.launcher import launcher as L
     ],
 )
 def test_parse_progress(text: str | None, parsed: dict[str, float] | None) -> None:
-    assert L.parse_progress(text) == parsed
+    assert progress_file.parse_progress(text) == parsed
 
 
 def test_meter_measures_steps_per_second_and_step_time_over_its_window() -> None:
-    m = L.ProgressMeter(window=10)
+    m = progress_file.ProgressMeter(window=10)
     assert m.snapshot(0) is None
     for k in range(0, 41):  # a step every 0.5 s for 20 s, read every 0.5 s
         m.observe(k * 0.5, f"{k} 100")
@@ -56,7 +56,7 @@ def test_meter_measures_steps_per_second_and_step_time_over_its_window() -> None
 
 
 def test_meter_prefers_the_scripts_own_step_time_and_needs_a_full_window() -> None:
-    m = L.ProgressMeter(window=10)
+    m = progress_file.ProgressMeter(window=10)
     for k in range(1, 6):
         m.observe(k * 1.0, json.dumps({"step": k, "stepTime": 0.2}))
     snap = m.snapshot(5.0)
@@ -69,12 +69,12 @@ def test_meter_prefers_the_scripts_own_step_time_and_needs_a_full_window() -> No
 
 
 def test_status_endpoint_serves_the_live_state_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    state = L.LiveState()
-    monkeypatch.setattr(L, "LIVE", state)
+    state = status_server.LiveState()
+    monkeypatch.setattr(status_server, "LIVE", state)
     state.update(index=1, rdzvId="uid-0", state="Training", groupRank=0, ranks=[0, 1], round=0)
     state.observe_progress(time.time(), "5 10", window=60)
     port = free_port()
-    server = L.start_status_server(port)
+    server = status_server.start_status_server(port)
     assert server is not None
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=2) as resp:
@@ -90,14 +90,14 @@ def test_status_endpoint_serves_the_live_state_read_only(monkeypatch: pytest.Mon
             urllib.request.urlopen(req, timeout=2)
         assert err.value.code == 501
         # A second server on the port (a hostNetwork neighbour) is skipped, not fatal.
-        assert L.start_status_server(port) is None
+        assert status_server.start_status_server(port) is None
     finally:
         server.shutdown()
         server.server_close()
 
 
 def test_stall_state_and_finish() -> None:
-    state = L.LiveState()
+    state = status_server.LiveState()
     state.update(state="Training")
     state.set_stall({"at": 1.0, "step": 3, "stacks": []})
     assert state.snapshot(2.0)["state"] == "Stalled" and state.snapshot(2.0)["stall"]["step"] == 3
@@ -107,9 +107,9 @@ def test_stall_state_and_finish() -> None:
 
 def test_flag_value() -> None:
     flags = ["--nnodes", "2", "--rdzv-id", "u-3", "--rdzv_conf=x"]
-    assert L.flag_value(flags, ("--rdzv-id", "--rdzv_id")) == "u-3"
-    assert L.flag_value(["--rdzv_id=u-4"], ("--rdzv-id", "--rdzv_id")) == "u-4"
-    assert L.flag_value([], ("--rdzv-id",)) is None
+    assert torchrun_flags.flag_value(flags, ("--rdzv-id", "--rdzv_id")) == "u-3"
+    assert torchrun_flags.flag_value(["--rdzv_id=u-4"], ("--rdzv-id", "--rdzv_id")) == "u-4"
+    assert torchrun_flags.flag_value([], ("--rdzv-id",)) is None
 
 
 DUMP = """\
@@ -130,45 +130,46 @@ LIBS = ("/usr/lib/python3.11/", "/venv/site-packages/")
 
 def test_analyze_stacks_tells_a_rank_in_a_collective_from_one_outside() -> None:
     main = 0x00007F2222222222
-    found = L.analyze_stacks(DUMP, main, LIBS)
+    found = stacks.analyze_stacks(DUMP, main, LIBS)
     assert found == {"inCollective": True, "at": "/workspace/train.py:57 in step"}
     outside = DUMP.replace("/torch/distributed/", "/torch/utils/")
-    assert L.analyze_stacks(outside, main, LIBS)["inCollective"] is False
+    assert stacks.analyze_stacks(outside, main, LIBS)["inCollective"] is False
     # The main thread is found by its id, not by who handled the signal.
-    assert L.analyze_stacks(DUMP, 0x00007F1111111111, LIBS) == {
+    assert stacks.analyze_stacks(DUMP, 0x00007F1111111111, LIBS) == {
         "inCollective": False,
         "at": "/usr/lib/python3.11/threading.py:324 in wait",
     }
-    assert L.analyze_stacks("", main, LIBS) == {"inCollective": False, "at": None}
+    assert stacks.analyze_stacks("", main, LIBS) == {"inCollective": False, "at": None}
 
 
 WORKER = textwrap.dedent(
     """
     import os, sys, time
-    sys.path.insert(0, {launcher_dir!r})
-    import launcher as L
+    sys.path.insert(0, {launcher!r})
+    from torchrun_launcher import shim, stacks
 
     def stuck_in_io():
         open({ready!r}, "w").close()
         time.sleep(60)  # the line the dump names
 
-    path = L._register_stack_dump({sdir!r}, "0")
-    L._record_worker_state({sdir!r}, path)
+    path = stacks.register_stack_dump({sdir!r}, "0")
+    shim._record_worker_state({sdir!r}, path)
     stuck_in_io()
     """
 )
 
 
 def test_a_workers_stacks_are_dumped_to_the_log_and_summarised(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    launcher_pyz: Path,
 ) -> None:
     sdir = tmp_path / "state"
     sdir.mkdir()
     script = tmp_path / "worker.py"
     ready = tmp_path / "started"
-    script.write_text(
-        WORKER.format(launcher_dir=str(Path(L.__file__).parent), sdir=str(sdir), ready=str(ready))
-    )
+    script.write_text(WORKER.format(launcher=str(launcher_pyz), sdir=str(sdir), ready=str(ready)))
     env = dict(os.environ, LOCAL_RANK="0", RANK="3", GROUP_RANK="1")
     proc = subprocess.Popen([sys.executable, str(script)], env=env)
     try:
@@ -176,9 +177,9 @@ def test_a_workers_stacks_are_dumped_to_the_log_and_summarised(
         while not ready.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert ready.exists()
-        stacks = L.dump_worker_stacks(str(sdir), wait=5)
-        assert len(stacks) == 1
-        (s,) = stacks
+        found = stacks.dump_worker_stacks(str(sdir), wait=5)
+        assert len(found) == 1
+        (s,) = found
         assert s["rank"] == 3 and s["localRank"] == 0 and s["inCollective"] is False
         line = next(
             i + 1
@@ -197,5 +198,5 @@ def test_a_workers_stacks_are_dumped_to_the_log_and_summarised(
 def test_state_dir_reset_forgets_stack_dumps(tmp_path: Path) -> None:
     (tmp_path / "stacks-0.txt").write_text("old")
     (tmp_path / "rank-0.json").write_text("{}")
-    L.reset_state_dir(str(tmp_path))
+    state.reset_state_dir(str(tmp_path))
     assert not list(tmp_path.iterdir())

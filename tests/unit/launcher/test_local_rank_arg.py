@@ -10,9 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from torchrun_operator.launcher import launcher as L
-
-LAUNCHER = Path(L.__file__)
+from torchrun_operator.launcher import contract, shim
 
 
 @pytest.mark.parametrize(
@@ -33,17 +31,17 @@ LAUNCHER = Path(L.__file__)
     ],
 )
 def test_where_the_argument_goes(cmd: str, expected: str) -> None:
-    out = L.with_local_rank_arg(cmd.split(), "--local-rank", "3")
+    out = shim.with_local_rank_arg(cmd.split(), "--local-rank", "3")
     assert out == expected.replace("ARG", "--local-rank=3").split()
 
 
 def _run_worker(
-    tmp_path: Path, env_extra: dict[str, str], *cmd: str
+    tmp_path: Path, launcher: Path, env_extra: dict[str, str], *cmd: str
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != L.ENV_LOCAL_RANK_ARG}
+    env = {k: v for k, v in os.environ.items() if k != contract.ENV_LOCAL_RANK_ARG}
     env.update(LOCAL_RANK="1", TORCHRUN_OPERATOR_STATE_DIR=str(tmp_path / "state"), **env_extra)
     return subprocess.run(
-        [sys.executable, str(LAUNCHER), "--worker", "--", *cmd],
+        [sys.executable, str(launcher), "--worker", "--", *cmd],
         env=env,
         capture_output=True,
         text=True,
@@ -65,12 +63,15 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.parametrize("flag", ["--local-rank", "--local_rank"])
-def test_a_launch_era_script_gets_its_argument(tmp_path: Path, flag: str) -> None:
+def test_a_launch_era_script_gets_its_argument(
+    tmp_path: Path, launcher_pyz: Path, flag: str
+) -> None:
     script = tmp_path / "t.py"
     script.write_text(SCRIPT)
     res = _run_worker(
         tmp_path,
-        {L.ENV_LOCAL_RANK_ARG: flag},
+        launcher_pyz,
+        {contract.ENV_LOCAL_RANK_ARG: flag},
         "python",
         str(script),
         "--epochs",
@@ -80,9 +81,9 @@ def test_a_launch_era_script_gets_its_argument(tmp_path: Path, flag: str) -> Non
     assert f"argv ['{flag}=1', '--epochs', '2'] epochs 2" in res.stdout
 
 
-def test_without_the_setting_the_script_gets_none(tmp_path: Path) -> None:
+def test_without_the_setting_the_script_gets_none(tmp_path: Path, launcher_pyz: Path) -> None:
     script = tmp_path / "t.py"
     script.write_text(SCRIPT)
-    res = _run_worker(tmp_path, {}, "python", str(script))
+    res = _run_worker(tmp_path, launcher_pyz, {}, "python", str(script))
     assert res.returncode == 2
     assert "required" in res.stderr

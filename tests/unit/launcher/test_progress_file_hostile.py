@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import progress_file, status_server
 
 HOSTILE = {
     "nested-array": "[" * 100_000 + "]" * 100_000,
@@ -38,14 +38,14 @@ HOSTILE = {
 
 @pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
 def test_hostile_progress_is_ignored(text: str) -> None:
-    assert L.parse_progress(text) is None
+    assert progress_file.parse_progress(text) is None
 
 
 @pytest.mark.parametrize("text", HOSTILE.values(), ids=HOSTILE.keys())
 def test_read_step_of_a_hostile_file_is_none(tmp_path: Path, text: str) -> None:
     p = tmp_path / "progress"
     p.write_text(text)
-    assert L.read_step(str(p)) is None
+    assert progress_file.read_step(str(p)) is None
 
 
 @pytest.mark.parametrize(
@@ -71,14 +71,14 @@ def test_read_step_of_a_hostile_file_is_none(tmp_path: Path, text: str) -> None:
 def test_out_of_range_fields_are_dropped_in_range_kept(
     text: str, parsed: dict[str, float] | None
 ) -> None:
-    assert L.parse_progress(text) == parsed
+    assert progress_file.parse_progress(text) == parsed
 
 
 def test_binary_junk_is_ignored(tmp_path: Path) -> None:
     p = tmp_path / "progress"
     p.write_bytes(bytes(range(256)) * 64)
-    assert L.read_step(str(p)) is None
-    assert L.parse_progress(L.read_progress_text(str(p))) is None
+    assert progress_file.read_step(str(p)) is None
+    assert progress_file.parse_progress(progress_file.read_progress_text(str(p))) is None
 
 
 def test_a_huge_file_is_read_from_its_end_only(tmp_path: Path) -> None:
@@ -89,27 +89,27 @@ def test_a_huge_file_is_read_from_its_end_only(tmp_path: Path) -> None:
         fp.write("x" * (8 << 20))  # 8 MiB of junk, then the lines
         for step in range(1000):
             fp.write(f"{step} 5000\n")
-    text = L.read_progress_text(str(p))
-    assert text is not None and len(text.encode()) <= L.PROGRESS_READ_LIMIT
-    assert L.read_step(str(p)) == 999
+    text = progress_file.read_progress_text(str(p))
+    assert text is not None and len(text.encode()) <= progress_file.PROGRESS_READ_LIMIT
+    assert progress_file.read_step(str(p)) == 999
 
 
 def test_a_huge_single_line_is_ignored(tmp_path: Path) -> None:
     p = tmp_path / "progress"
     p.write_text("1" * (1 << 20))
-    assert L.read_step(str(p)) is None
+    assert progress_file.read_step(str(p)) is None
 
 
 def test_a_fifo_does_not_block_the_reader(tmp_path: Path) -> None:
     # A FIFO with no writer would block open() forever: the progress thread must not hang.
     p = tmp_path / "progress"
     os.mkfifo(p)
-    assert L.read_progress_text(str(p)) is None
-    assert L.read_step(str(p)) is None
+    assert progress_file.read_progress_text(str(p)) is None
+    assert progress_file.read_step(str(p)) is None
 
 
 def test_meter_and_live_status_survive_hostile_files() -> None:
-    live = L.LiveState()
+    live = status_server.LiveState()
     for text in ["3 10", *HOSTILE.values(), "4 10"]:
         live.observe_progress(100.0, text, 60.0)
     snap = live.snapshot(101.0)
@@ -118,9 +118,9 @@ def test_meter_and_live_status_survive_hostile_files() -> None:
 
 
 def test_an_ignored_read_is_logged_once(capsys: pytest.CaptureFixture[str]) -> None:
-    L._progress_warned.clear()
+    progress_file._progress_warned.clear()
     for text in HOSTILE.values():
-        L.parse_progress(text)
+        progress_file.parse_progress(text)
     err = capsys.readouterr().err
     assert err.count("ignoring progress file content") == 1, err
 
@@ -152,15 +152,15 @@ def test_an_ignored_read_is_logged_once(capsys: pytest.CaptureFixture[str]) -> N
     )
 )
 def test_fuzz_parse_progress(text: str) -> None:
-    found = L.parse_progress(text)
+    found = progress_file.parse_progress(text)
     if found is None:
         return
     assert set(found) <= {"step", "total", "stepTime"}
     for key in ("step", "total"):
         if key in found:
             v = found[key]
-            assert type(v) is int and 0 <= v <= L.MAX_STEP
+            assert type(v) is int and 0 <= v <= progress_file.MAX_STEP
     if "stepTime" in found:
         assert type(found["stepTime"]) is float
-        assert 0 <= found["stepTime"] <= L.MAX_STEP_TIME
+        assert 0 <= found["stepTime"] <= progress_file.MAX_STEP_TIME
     json.dumps(found, allow_nan=False)

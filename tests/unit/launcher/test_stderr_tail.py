@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract, report, stderr, torchrun_flags
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "failures"
 ARGPARSE = (
@@ -36,14 +36,14 @@ ARGPARSE = (
     ],
 )
 def test_stderr_capture_flags(flags: list[str], env: dict[str, str], added: list[str]) -> None:
-    out, log_dir = L.stderr_capture_flags(flags, env, "/s/logs")
+    out, log_dir = stderr.stderr_capture_flags(flags, env, "/s/logs")
     assert out == [*flags, *added]
-    given = L.flag_value(flags, ("--log-dir", "--log_dir")) or env.get("PET_LOG_DIR")
+    given = torchrun_flags.flag_value(flags, ("--log-dir", "--log_dir")) or env.get("PET_LOG_DIR")
     assert log_dir == (given or "/s/logs")
 
 
 def test_stderr_log_path_finds_the_newest_attempt_of_a_local_rank(tmp_path: Path) -> None:
-    assert L.stderr_log_path(str(tmp_path), 0) is None
+    assert stderr.stderr_log_path(str(tmp_path), 0) is None
     old = tmp_path / "job_abc" / "attempt_0" / "1" / "stderr.log"
     new = tmp_path / "job_abc" / "attempt_1" / "1" / "stderr.log"
     other = tmp_path / "job_abc" / "attempt_1" / "0" / "stderr.log"
@@ -51,20 +51,20 @@ def test_stderr_log_path_finds_the_newest_attempt_of_a_local_rank(tmp_path: Path
         p.parent.mkdir(parents=True)
         p.write_text(str(p))
     os.utime(old, (1, 1))
-    assert L.stderr_log_path(str(tmp_path), 1) == str(new)
-    assert L.stderr_log_path(str(tmp_path), 0) == str(other)
+    assert stderr.stderr_log_path(str(tmp_path), 1) == str(new)
+    assert stderr.stderr_log_path(str(tmp_path), 0) == str(other)
 
 
 def test_read_stderr_tail_keeps_the_last_whole_lines(tmp_path: Path) -> None:
     p = tmp_path / "stderr.log"
     p.write_bytes(b"noise line\n" * 100_000 + ARGPARSE + b"\n\n")
-    tail = L.read_stderr_tail(str(p))
-    assert tail is not None and len(tail) <= L.STDERR_TAIL_LIMIT
+    tail = stderr.read_stderr_tail(str(p))
+    assert tail is not None and len(tail) <= contract.STDERR_TAIL_LIMIT
     assert tail.endswith("error: the following arguments are required: --local_rank")
     assert all(line == "noise line" for line in tail.splitlines()[:-2])
-    assert L.read_stderr_tail(str(tmp_path / "missing")) is None
+    assert stderr.read_stderr_tail(str(tmp_path / "missing")) is None
     (tmp_path / "empty").write_bytes(b"")
-    assert L.read_stderr_tail(str(tmp_path / "empty")) is None
+    assert stderr.read_stderr_tail(str(tmp_path / "empty")) is None
 
 
 def test_clean_stderr_tail_handles_progress_bars_colours_and_junk() -> None:
@@ -74,37 +74,41 @@ def test_clean_stderr_tail_handles_progress_bars_colours_and_junk() -> None:
         + bytes([0xFF, 0xFE, 0x00, 0x07])
         + b"Fatal Python error: Aborted\n"
     )
-    assert L.clean_stderr_tail(data, partial_head=False) == (
+    assert stderr.clean_stderr_tail(data, partial_head=False) == (
         "ERROR boom\n10%|#   |\n50%|#####|\n\ufffd\ufffdFatal Python error: Aborted"
     )
     # a read that began mid-line drops that line; one long line keeps its end
-    assert L.clean_stderr_tail(b"tial line\nwhole\n", partial_head=True) == "whole"
-    assert L.clean_stderr_tail(b"x" * 5000 + b"END", partial_head=False, limit=10) == "xxxxxxxEND"
+    assert stderr.clean_stderr_tail(b"tial line\nwhole\n", partial_head=True) == "whole"
+    assert (
+        stderr.clean_stderr_tail(b"x" * 5000 + b"END", partial_head=False, limit=10) == "xxxxxxxEND"
+    )
 
 
 def test_failure_record_keeps_stderr_only_without_a_recorded_error() -> None:
-    bare = L.failure_record(0, 0, 2, {"message": "<NONE>"}, "", 1.0, stderr="usage: ...")
+    bare = report.failure_record(0, 0, 2, {"message": "<NONE>"}, "", 1.0, stderr="usage: ...")
     assert bare["stderr"] == "usage: ..." and bare["kind"] == "exit"
     recorded = {"message": {"message": "RuntimeError: x", "extraInfo": {}}}
-    assert "stderr" not in L.failure_record(0, 0, 1, recorded, "", 1.0, stderr="tb")
-    assert "stderr" not in L.failure_record(0, 0, 2, None, "", 1.0, stderr="")
-    long = L.failure_record(0, 0, -11, None, "SIGSEGV", 1.0, stderr="y" * 9000 + "Z")
-    assert len(long["stderr"]) == L.STDERR_TAIL_LIMIT and long["stderr"].endswith("Z")
+    assert "stderr" not in report.failure_record(0, 0, 1, recorded, "", 1.0, stderr="tb")
+    assert "stderr" not in report.failure_record(0, 0, 2, None, "", 1.0, stderr="")
+    long = report.failure_record(0, 0, -11, None, "SIGSEGV", 1.0, stderr="y" * 9000 + "Z")
+    assert len(long["stderr"]) == contract.STDERR_TAIL_LIMIT and long["stderr"].endswith("Z")
 
 
 def test_stderr_tails_are_shortened_to_fit_never_the_json() -> None:
-    tail = ("noise " * 400)[: L.STDERR_TAIL_LIMIT - 60] + "\nerror: required: --local_rank"
-    failures = [L.failure_record(r, r, 2, None, "", 100.0 + r, stderr=tail) for r in range(8)]
-    summary = L.build_summary(L.FAILED, group_rank=0, ranks=range(8), failures=failures)
-    data = L.encode_summary(summary)
-    assert len(data) <= L.TERMINATION_LIMIT
+    tail = ("noise " * 400)[: contract.STDERR_TAIL_LIMIT - 60] + "\nerror: required: --local_rank"
+    failures = [report.failure_record(r, r, 2, None, "", 100.0 + r, stderr=tail) for r in range(8)]
+    summary = report.build_summary(contract.FAILED, group_rank=0, ranks=range(8), failures=failures)
+    data = report.encode_summary(summary)
+    assert len(data) <= contract.TERMINATION_LIMIT
     out = json.loads(data)
     assert len(out["failures"]) + out.get("omitted", 0) == 8
     first = out["failures"][0]
     assert first["stderr"].endswith("error: required: --local_rank")
     assert first["error"] == "exited with code 2 without recording an error"
     # one failure alone keeps its whole tail
-    one = json.loads(L.encode_summary(L.build_summary(L.FAILED, failures=failures[:1])))
+    one = json.loads(
+        report.encode_summary(report.build_summary(contract.FAILED, failures=failures[:1]))
+    )
     assert one["failures"][0]["stderr"] == tail
 
 
@@ -114,11 +118,11 @@ def test_the_tail_of_an_nccl_watchdog_abort_keeps_the_watchdogs_line(tmp_path: P
     tail drops those and keeps the line, the abort and the Python stack, within the limit;
     the last 2048 characters alone held no word of the timeout."""
     raw = (FIXTURES / "h200-nccl-watchdog-stderr.log").read_bytes()
-    assert b"Watchdog caught" not in raw[-L.STDERR_TAIL_LIMIT :]
+    assert b"Watchdog caught" not in raw[-contract.STDERR_TAIL_LIMIT :]
     p = tmp_path / "stderr.log"
     p.write_bytes(raw)
-    tail = L.read_stderr_tail(str(p))
-    assert tail is not None and len(tail) <= L.STDERR_TAIL_LIMIT
+    tail = stderr.read_stderr_tail(str(p))
+    assert tail is not None and len(tail) <= contract.STDERR_TAIL_LIMIT
     assert "Process group watchdog thread terminated with exception: [Rank 0] Watchdog caught" in (
         tail
     )
@@ -129,7 +133,7 @@ def test_the_tail_of_an_nccl_watchdog_abort_keeps_the_watchdogs_line(tmp_path: P
 
 def test_one_long_line_keeps_its_head_and_its_end() -> None:
     line = "terminate called: " + "y" * 5000 + " the end"
-    tail = L.clean_stderr_tail(("before\n" + line + "\nafter\n").encode(), partial_head=False)
+    tail = stderr.clean_stderr_tail(("before\n" + line + "\nafter\n").encode(), partial_head=False)
     kept = tail.splitlines()
     assert kept[0] == "before" and kept[2] == "after"
     assert kept[1].startswith("terminate called: ") and kept[1].endswith(" the end")

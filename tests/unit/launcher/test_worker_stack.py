@@ -14,10 +14,15 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract, stacks
+
+# What the `entry_args` fixture gives (tests/unit/launcher/conftest.py): a worker's arguments
+# from the shipped zipapp, and from the checkout's package.
+EntryArgs = Callable[[list[str]], list[str]]
 
 SCRIPT = textwrap.dedent(
     """
@@ -44,7 +49,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != L.ENV_LOCAL_RANK_ARG}
+    env = {k: v for k, v in os.environ.items() if k != contract.ENV_LOCAL_RANK_ARG}
     env.update(
         LOCAL_RANK="0",
         TORCHRUN_OPERATOR_STATE_DIR=str(tmp_path / "state"),
@@ -53,12 +58,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _as_worker(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _as_worker(
+    tmp_path: Path, entry_args: EntryArgs, *args: str
+) -> subprocess.CompletedProcess[str]:
     """The script as torchrun's agent starts it in a pod: the interpreter with the launcher's
     worker entry arguments."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    cmd = [sys.executable, *L.worker_entry_args(["python", str(script), *args])]
+    cmd = [sys.executable, *entry_args(["python", str(script), *args])]
     return subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
 
 
@@ -78,50 +85,53 @@ def _bare(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_the_script_has_the_stack_python_gives_it_plus_one_frame_without_source(
-    tmp_path: Path,
+    tmp_path: Path, entry_args: EntryArgs
 ) -> None:
     bare = _bare(tmp_path)
-    res = _as_worker(tmp_path)
+    res = _as_worker(tmp_path, entry_args)
     assert res.returncode == 0, res.stderr
-    shim = json.loads(res.stdout)
+    got = json.loads(res.stdout)
     # Beneath the script: the entry's own frame alone, whose source no traceback looks up.
-    assert [tuple(f) for f in shim["frames"]] == [
+    assert [tuple(f) for f in got["frames"]] == [
         ("<string>", "<module>"),
         *(tuple(f) for f in bare["frames"]),
     ]
-    assert shim["main_file"] == bare["main_file"] == str(tmp_path / "train.py")
-    assert shim["pickles"] and bare["pickles"]  # the script is __main__ for pickle
-    assert shim["argv"] == bare["argv"] == [str(tmp_path / "train.py")]
+    assert got["main_file"] == bare["main_file"] == str(tmp_path / "train.py")
+    assert got["pickles"] and bare["pickles"]  # the script is __main__ for pickle
+    assert got["argv"] == bare["argv"] == [str(tmp_path / "train.py")]
     # The worker registered itself (pid, stack dumps) for the launcher, as before.
     rank = json.loads((tmp_path / "state" / "rank-0.json").read_text())
     assert rank["stacks"].endswith("stacks-0.txt")
 
 
-def test_an_exception_is_recorded_in_the_error_file(tmp_path: Path) -> None:
-    res = _as_worker(tmp_path, "raise")
+def test_an_exception_is_recorded_in_the_error_file(tmp_path: Path, entry_args: EntryArgs) -> None:
+    res = _as_worker(tmp_path, entry_args, "raise")
     assert res.returncode == 1
     assert "RuntimeError: boom" in res.stderr
     record = json.loads((tmp_path / "error.json").read_text())["message"]
     assert record["message"] == "RuntimeError: boom"
     stack = record["extraInfo"]["py_callstack"]
-    assert str(tmp_path / "train.py") in stack and "launcher.py" not in stack
+    assert str(tmp_path / "train.py") in stack
+    assert "torchrun_launcher" not in stack and "shim.py" not in stack
 
 
-def test_exit_codes_pass_through_unrecorded(tmp_path: Path) -> None:
-    assert _as_worker(tmp_path, "0").returncode == 0
-    assert _as_worker(tmp_path, "3").returncode == 3
+def test_exit_codes_pass_through_unrecorded(tmp_path: Path, entry_args: EntryArgs) -> None:
+    assert _as_worker(tmp_path, entry_args, "0").returncode == 0
+    assert _as_worker(tmp_path, entry_args, "3").returncode == 3
     assert not (tmp_path / "error.json").exists()
 
 
-def test_a_missing_script_is_recorded(tmp_path: Path) -> None:
-    cmd = [sys.executable, *L.worker_entry_args(["python", str(tmp_path / "absent.py")])]
+def test_a_missing_script_is_recorded(tmp_path: Path, entry_args: EntryArgs) -> None:
+    cmd = [sys.executable, *entry_args(["python", str(tmp_path / "absent.py")])]
     res = subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
     record = json.loads((tmp_path / "error.json").read_text())["message"]
     assert record["message"].startswith("FileNotFoundError")
 
 
-def test_a_module_runs_as_main_from_the_working_directory(tmp_path: Path) -> None:
+def test_a_module_runs_as_main_from_the_working_directory(
+    tmp_path: Path, entry_args: EntryArgs
+) -> None:
     """``python -m mod`` (run through runpy beneath the entry's frame): the module is
     ``__main__``, found from the working directory, with its file as argv[0]; its exception is
     recorded like a script's."""
@@ -131,19 +141,21 @@ def test_a_module_runs_as_main_from_the_working_directory(tmp_path: Path) -> Non
         "if sys.argv[1:] == ['raise']:\n"
         "    raise ValueError('bad module')\n"
     )
-    cmd = [sys.executable, *L.worker_entry_args(["python", "-m", "trainmod", "ok"])]
+    cmd = [sys.executable, *entry_args(["python", "-m", "trainmod", "ok"])]
     env = _env(tmp_path)
     res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"__main__ [{str(tmp_path / 'trainmod.py')!r}, 'ok']"
-    cmd = [sys.executable, *L.worker_entry_args(["python", "-m", "trainmod", "raise"])]
+    cmd = [sys.executable, *entry_args(["python", "-m", "trainmod", "raise"])]
     res = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1
     record = json.loads((tmp_path / "error.json").read_text())["message"]
     assert record["message"] == "ValueError: bad module"
 
 
-def test_a_stalled_workers_stacks_still_name_the_scripts_line(tmp_path: Path) -> None:
+def test_a_stalled_workers_stacks_still_name_the_scripts_line(
+    tmp_path: Path, entry_args: EntryArgs
+) -> None:
     """The stack dump (SIGUSR1, registered by the shim before the script runs) of a worker
     started through the entry: the launcher's summary names the script's line the main thread
     is stuck on, and the dump does not stop the worker."""
@@ -159,7 +171,7 @@ def test_a_stalled_workers_stacks_still_name_the_scripts_line(tmp_path: Path) ->
     )
     env = {**_env(tmp_path), "RANK": "2"}
     proc = subprocess.Popen(
-        [sys.executable, *L.worker_entry_args(["python", str(script)])],
+        [sys.executable, *entry_args(["python", str(script)])],
         env=env,
         stderr=subprocess.DEVNULL,
     )
@@ -168,7 +180,7 @@ def test_a_stalled_workers_stacks_still_name_the_scripts_line(tmp_path: Path) ->
         while not started.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert started.exists()
-        (summary,) = L.dump_worker_stacks(str(sdir), wait=5)
+        (summary,) = stacks.dump_worker_stacks(str(sdir), wait=5)
         assert summary["rank"] == 2 and summary["inCollective"] is False
         assert summary["at"] == f"{script}:4 in stuck_in_io"
         assert proc.poll() is None

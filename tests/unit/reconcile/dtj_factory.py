@@ -8,7 +8,7 @@ from typing import Any
 
 import jobs
 import reports
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile import Plan, reconcile
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)

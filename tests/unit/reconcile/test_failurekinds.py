@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from dtj_factory import failure, make_job, set_terminated, start, step
 from reports import report
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile import failurekinds
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "failures"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract, report
 from torchrun_operator.reconcile import podinput
 from torchrun_operator.reconcile.podinput import LiveAnswer, Rejected
 
@@ -106,7 +106,7 @@ def test_strings_are_truncated_and_stacks_cut() -> None:
 # ---- the report --------------------------------------------------------------------------
 
 
-def report(**fields: Any) -> str:
+def report_json(**fields: Any) -> str:
     base: dict[str, Any] = {
         "v": 1,
         "state": "Failed",
@@ -119,11 +119,13 @@ def report(**fields: Any) -> str:
 
 
 def test_the_launchers_own_report_reads_back_whole() -> None:
-    failed = L.FailureRecord(
+    failed = contract.FailureRecord(
         rank=1, localRank=1, exitCode=1, kind="exception", error="boom", at=5.5
     )
-    summary = L.build_summary(L.FAILED, group_rank=0, ranks=[0, 1], failures=[failed], step=3)
-    assert podinput.parse_report(L.encode_summary(summary).decode()) == summary
+    summary = report.build_summary(
+        contract.FAILED, group_rank=0, ranks=[0, 1], failures=[failed], step=3
+    )
+    assert podinput.parse_report(report.encode_summary(summary).decode()) == summary
 
 
 @pytest.mark.parametrize(
@@ -138,7 +140,7 @@ def test_the_launchers_own_report_reads_back_whole() -> None:
     ],
 )
 def test_hostile_reports_are_refused(fields: dict[str, Any], why: str) -> None:
-    found = podinput.parse_report(report(**fields))
+    found = podinput.parse_report(report_json(**fields))
     assert isinstance(found, Rejected) and why in found.reason, found
 
 
@@ -151,7 +153,9 @@ def test_a_message_that_is_no_report_is_none() -> None:
 def test_a_failures_stderr_tail_is_kept_truncated_and_dropped_unless_a_string() -> None:
     tail = "line\n" * 1000
     found = podinput.parse_report(
-        report(failures=[{"rank": 0, "kind": "exit", "stderr": tail}, {"rank": 1, "stderr": 7}])
+        report_json(
+            failures=[{"rank": 0, "kind": "exit", "stderr": tail}, {"rank": 1, "stderr": 7}]
+        )
     )
     assert not isinstance(found, Rejected) and found is not None
     first, second = found["failures"]
@@ -234,7 +238,7 @@ def test_fuzz_nesting_of_any_depth_never_raises(depth: int, opener: str) -> None
 def _answer_with(checkpoint: object) -> Any:
     return podinput.live_answer(
         {
-            "v": L.LIVE_VERSION,
+            "v": contract.LIVE_VERSION,
             "rdzvId": "u-0",
             "index": 0,
             "progress": {"step": 5, "checkpoint": checkpoint},

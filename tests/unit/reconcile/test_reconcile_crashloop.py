@@ -21,7 +21,7 @@ from dtj_factory import (
 from jobs import condition as cond
 from reports import report
 from torchrun_operator.api.models import JobStatus
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.reconcile import crashloop, reconcile
 from torchrun_operator.reconcile.rootcause import Candidate
 

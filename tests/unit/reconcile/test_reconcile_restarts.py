@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dtj_factory import failure, make_job, set_terminated, start, step
 from reports import report
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 
 
 def _two_nodes_fail(

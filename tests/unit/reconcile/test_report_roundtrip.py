@@ -8,7 +8,7 @@ from __future__ import annotations
 import traceback
 
 from dtj_factory import at, make_job, set_terminated
-from torchrun_operator.launcher import launcher as L
+from torchrun_operator.launcher import contract, report, shim
 from torchrun_operator.reconcile import observe, rootcause
 from torchrun_operator.render import render_pod
 
@@ -21,22 +21,22 @@ def _raised(exc: Exception) -> tuple[Exception, str]:
         return e, traceback.format_exc()
 
 
-def _worker_failure(rank: int, local_rank: int, exc: Exception, t: float) -> L.FailureRecord:
+def _worker_failure(rank: int, local_rank: int, exc: Exception, t: float) -> contract.FailureRecord:
     """What the launcher records when a worker raised: the worker's error file (as the shim
     writes it), read by failure_record as the agent does."""
     e, tb = _raised(exc)
-    error_file = L.error_file_payload(e, tb, at(t).timestamp())
-    return L.failure_record(rank, local_rank, 1, error_file, "", at(t).timestamp())
+    error_file = shim.error_file_payload(e, tb, at(t).timestamp())
+    return report.failure_record(rank, local_rank, 1, error_file, "", at(t).timestamp())
 
 
-def _pod(index: int, summary: L.Summary, exit_code: int, t: float = 10) -> observe.PodView:
+def _pod(index: int, summary: contract.Summary, exit_code: int, t: float = 10) -> observe.PodView:
     pod = render_pod(make_job(), index, 0)
-    message = L.encode_summary(summary).decode("utf-8")
+    message = report.encode_summary(summary).decode("utf-8")
     return observe.view(set_terminated(pod, exit_code, message, t=t), "trainer")
 
 
 def test_success_shows_node_rank_ranks_and_step() -> None:
-    summary = L.build_summary(L.SUCCEEDED, group_rank=1, ranks=[3, 2], step=120)
+    summary = report.build_summary(contract.SUCCEEDED, group_rank=1, ranks=[3, 2], step=120)
     entry = observe.rank_entry(0, _pod(0, summary, 0))
     assert entry["nodeRank"] == 1
     assert entry["globalRanks"] == "2-3"
@@ -46,8 +46,8 @@ def test_success_shows_node_rank_ranks_and_step() -> None:
 
 def test_user_exception_is_the_root_cause_with_its_message() -> None:
     failed = _worker_failure(3, 1, RuntimeError("rank 3 failed on purpose"), t=9.0)
-    summary = L.build_summary(L.FAILED, group_rank=1, ranks=[2, 3], failures=[failed])
-    pod = _pod(0, summary, L.exit_code_for([failed]))
+    summary = report.build_summary(contract.FAILED, group_rank=1, ranks=[2, 3], failures=[failed])
+    pod = _pod(0, summary, report.exit_code_for([failed]))
     entry = observe.rank_entry(0, pod)
     assert entry["reason"] == "Exception"
     assert entry["message"] == "RuntimeError: rank 3 failed on purpose"
@@ -73,9 +73,13 @@ def test_communication_error_never_wins_over_the_exception_that_caused_it() -> N
         ),
         t=9.5,
     )
-    assert peer["kind"] == L.KIND_COMM
-    crashed = _pod(0, L.build_summary(L.FAILED, group_rank=1, ranks=[1], failures=[root]), 1)
-    bystander = _pod(1, L.build_summary(L.FAILED, group_rank=0, ranks=[0], failures=[peer]), 1)
+    assert peer["kind"] == contract.KIND_COMM
+    crashed = _pod(
+        0, report.build_summary(contract.FAILED, group_rank=1, ranks=[1], failures=[root]), 1
+    )
+    bystander = _pod(
+        1, report.build_summary(contract.FAILED, group_rank=0, ranks=[0], failures=[peer]), 1
+    )
     assert observe.rank_entry(1, bystander)["reason"] == "CommunicationError"
     candidates = [
         *rootcause.pod_candidates(1, bystander, None, at(20).timestamp()),
@@ -88,7 +92,7 @@ def test_communication_error_never_wins_over_the_exception_that_caused_it() -> N
 def test_agent_that_lost_the_store_reports_a_communication_error() -> None:
     # No worker failed on this node: the agent's rendezvous lost pod 0's store.
     message = "RendezvousConnectionError: The connection to the C10d store has failed."
-    pod = _pod(1, L.build_summary(L.FAILED, message=message), 1)
+    pod = _pod(1, report.build_summary(contract.FAILED, message=message), 1)
     (cause,) = rootcause.pod_candidates(1, pod, None, at(20).timestamp())
-    assert cause.kind == L.KIND_COMM
+    assert cause.kind == contract.KIND_COMM
     assert rootcause.classify(cause, []) == "infrastructure"

@@ -9,7 +9,7 @@ from typing import Any
 
 import jobs
 from torchrun_operator.kube.readschedule import targets_of
-from torchrun_operator.launcher import launcher as contract
+from torchrun_operator.launcher import contract
 from torchrun_operator.render import OperatorPeer, render_network_policy, render_pod
 from torchrun_operator.render.ports import HOST_PORT_BASE, HOST_PORT_PAIRS, ports
 from torchrun_operator.render.service import render_service

@@ -141,11 +141,11 @@ def test_the_job_overrides_the_operator_default(
     spec: dict[str, Any] = {} if enabled is None else {"networkPolicy": {"enabled": enabled}}
     job = make_job(**spec)
     assert wants_network_policy(job, default) is wanted
-    kinds = [o["kind"] for o in children(job, "src", network_policy_default=default)]
+    kinds = [o["kind"] for o in children(job, b"src", network_policy_default=default)]
     expected = ["Service", "ConfigMap"] + (["NetworkPolicy"] if wanted else [])
     assert kinds == expected
 
 
 def test_children_render_the_policy_by_default() -> None:
-    *_, policy = children(make_job(), "src")
+    *_, policy = children(make_job(), b"src")
     assert policy == render_network_policy(make_job())

@@ -1,3 +1,4 @@
+import base64
 import copy
 import re
 from typing import Any
@@ -212,11 +213,13 @@ def test_service_is_headless_and_publishes_not_ready() -> None:
 
 
 def test_children_service_and_launcher_configmap() -> None:
-    svc, cm = children(make_job(), "print('hi')\n", network_policy_default=False)
+    launcher = b"PK\x05\x06" + bytes(18)  # any bytes: an empty zip here
+    svc, cm = children(make_job(), launcher, network_policy_default=False)
     assert svc["kind"] == "Service"
-    digest = launcher_digest("print('hi')\n")[: names.LAUNCHER_DIGEST_CHARS]
+    digest = launcher_digest(launcher)[: names.LAUNCHER_DIGEST_CHARS]
     assert cm["kind"] == "ConfigMap" and cm["metadata"]["name"] == f"train-launcher-{digest}"
-    assert cm["data"] == {"launcher.py": "print('hi')\n"}
+    assert cm["binaryData"] == {"launcher.pyz": base64.b64encode(launcher).decode()}
+    assert "data" not in cm
     assert cm["immutable"] is True
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "u-1"
 

@@ -103,6 +103,6 @@ def test_the_operator_rule_is_a_valid_network_policy() -> None:
 def test_without_a_known_operator_namespace_there_is_no_such_rule(
     peer: OperatorPeer | None,
 ) -> None:
-    *_, policy = children(make_job(), "src", True, peer)
+    *_, policy = children(make_job(), b"src", True, peer)
     rules = policy["spec"]["ingress"]
     assert len(rules) == (1 if peer is None else 2)
