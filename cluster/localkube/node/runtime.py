@@ -181,6 +181,10 @@ class ContainerProcess:
 def exec_in(
     pid: int, argv: list[str], env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run a command inside a container's namespaces (exec probes)."""
-    cmd = ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "--", *argv]
+    """Run a command inside a container's namespaces (exec probes). `-r`: also the
+    container's root directory. Entering a mount namespace resets the root to that namespace's
+    own, which is the container's only when the node itself runs unchrooted: in a chroot (the
+    fresh-root check, hack/fresh-root.sh) every exec probe read the host's files instead, no
+    trainer ever became Ready, and every test that waits for a Running job timed out there."""
+    cmd = ["nsenter", "-t", str(pid), "-n", "-m", "-u", "-p", "-r", "--", *argv]
     return subprocess.run(cmd, env=env, capture_output=True, timeout=timeout)
