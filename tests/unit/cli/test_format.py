@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import jobs
 import pytest
 import yaml
 from torchrun_operator.cli import format as fmt
@@ -21,15 +22,11 @@ FAILURE_MESSAGE = (
 
 
 def failed_job() -> dict[str, Any]:
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {
-            "name": "llama",
-            "namespace": "team-a",
-            "creationTimestamp": "2026-11-26T11:00:00Z",
-        },
-        "status": {
+    return jobs.document(
+        "llama",
+        namespace="team-a",
+        creationTimestamp="2026-11-26T11:00:00Z",
+        status={
             "phase": "Failed",
             "attempt": 2,
             "worldSize": 16,
@@ -105,7 +102,7 @@ def failed_job() -> dict[str, Any]:
             "startTime": "2026-11-26T11:00:05Z",
             "completionTime": "2026-11-26T11:30:07Z",
         },
-    }
+    )
 
 
 def running_job(name: str = "bert", namespace: str = "team-b") -> dict[str, Any]:
