@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.request
 
+import jobs
 import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -126,9 +127,10 @@ def test_metrics_server_serves_the_registry_over_http() -> None:
 
 
 def progress_job(phase: str = "Running") -> dict:
-    return {
-        "metadata": {"namespace": "ml", "name": "bert"},
-        "status": {
+    return jobs.document(
+        "bert",
+        namespace="ml",
+        status={
             "phase": phase,
             "ranks": [
                 {
@@ -146,7 +148,7 @@ def progress_job(phase: str = "Running") -> dict:
             "progress": {"step": 118, "totalSteps": 1000, "stepsPerSecond": 2.5},
             "conditions": [{"type": "Straggler", "status": "True"}],
         },
-    }
+    )
 
 
 def test_progress_samples_per_pod_and_per_job() -> None:

@@ -387,11 +387,13 @@ def test_shell_commands_without_a_launcher_are_accepted(command: list[str]) -> N
 
 
 def spec(command: list[str], args: list[str] | None = None, **over: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "t", "image": "img", "command": command}
-    if args is not None:
-        container["args"] = args
-    container.update(over.pop("container", {}))
-    return {"nodes": 2, "template": {"spec": {"containers": [container]}}, **over}
+    """A job's spec (tests/jobs.py) running `command` `args`; `container`: more fields of its
+    trainer, `over`: of the spec."""
+    trainer = {"name": "t", **({"args": args} if args is not None else {})}
+    trainer.update(over.pop("container", {}))
+    job = jobs.job(command=command, trainer=trainer, **over)
+    spec: dict[str, Any] = job["spec"]
+    return spec
 
 
 def test_model_accepts_a_launcher_that_agrees() -> None:

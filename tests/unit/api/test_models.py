@@ -1,14 +1,16 @@
 from typing import Any
 
+import jobs
 import pytest
 from pydantic import ValidationError
 from torchrun_operator.api.models import JobSpec
 
 
 def spec(**over: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "t", "image": "img", "command": ["python", "x.py"]}
-    container.update(over.pop("container", {}))
-    return {"nodes": 2, "template": {"spec": {"containers": [container]}}, **over}
+    """A job's spec (tests/jobs.py); `container`: fields of its trainer, `over`: of the spec."""
+    trainer = {"name": "t", **over.pop("container", {})}
+    spec: dict[str, Any] = jobs.job(command=["python", "x.py"], trainer=trainer, **over)["spec"]
+    return spec
 
 
 def test_defaults() -> None:

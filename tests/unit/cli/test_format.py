@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import jobs
 import pytest
 import yaml
 from torchrun_operator.cli import format as fmt
@@ -21,15 +22,11 @@ FAILURE_MESSAGE = (
 
 
 def failed_job() -> dict[str, Any]:
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {
-            "name": "llama",
-            "namespace": "team-a",
-            "creationTimestamp": "2026-11-26T11:00:00Z",
-        },
-        "status": {
+    return jobs.document(
+        "llama",
+        namespace="team-a",
+        creationTimestamp="2026-11-26T11:00:00Z",
+        status={
             "phase": "Failed",
             "attempt": 2,
             "worldSize": 16,
@@ -105,23 +102,21 @@ def failed_job() -> dict[str, Any]:
             "startTime": "2026-11-26T11:00:05Z",
             "completionTime": "2026-11-26T11:30:07Z",
         },
-    }
+    )
 
 
 def running_job(name: str = "bert", namespace: str = "team-b") -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "creationTimestamp": "2026-11-26T11:59:15Z",
-        },
-        "status": {
+    return jobs.document(
+        name,
+        namespace=namespace,
+        creationTimestamp="2026-11-26T11:59:15Z",
+        status={
             "phase": "Running",
             "attempt": 0,
             "worldSize": 4,
             "nodes": {"desired": 4, "scheduled": 4, "running": 3},
         },
-    }
+    )
 
 
 @pytest.mark.parametrize(
@@ -162,8 +157,8 @@ def test_list_columns_and_values() -> None:
 
 
 def test_list_all_namespaces_adds_namespace_and_sorts_by_it() -> None:
-    jobs = [running_job("b", "zz"), running_job("a", "aa")]
-    lines = fmt.format_job_list(jobs, NOW, all_namespaces=True).splitlines()
+    listed = [running_job("b", "zz"), running_job("a", "aa")]
+    lines = fmt.format_job_list(listed, NOW, all_namespaces=True).splitlines()
     assert lines[0].split()[:2] == ["NAMESPACE", "NAME"]
     assert [line.split()[0] for line in lines[1:]] == ["aa", "zz"]
 

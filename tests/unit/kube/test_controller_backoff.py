@@ -7,6 +7,7 @@ import json
 import logging
 from typing import Any
 
+import jobs
 import pytest
 import urllib3
 from fake_transport import FakeTransport, api
@@ -16,11 +17,7 @@ from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube.workqueue import BACKOFF_MAX_SECONDS, WorkQueue
 
 KEY = ("ns", "j")
-JOB: dict[str, Any] = {
-    "apiVersion": "torchrun.dev/v1alpha1",
-    "kind": "DistributedTrainingJob",
-    "metadata": {"name": "j", "namespace": "ns", "uid": "u1", "resourceVersion": "5"},
-}
+JOB = jobs.document("j", namespace="ns", uid="u1", resourceVersion="5")
 
 
 class Clock:

@@ -3,15 +3,12 @@
 import datetime as dt
 from typing import Any
 
+import jobs
 from fake_transport import FakeTransport, api
 from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube import events
 
-JOB = {
-    "apiVersion": "torchrun.dev/v1alpha1",
-    "kind": "DistributedTrainingJob",
-    "metadata": {"name": "j", "namespace": "ns", "uid": "u1"},
-}
+JOB = jobs.document("j", namespace="ns", uid="u1")
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=dt.UTC)
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import jobs
 from torchrun_operator.kube.cache import JobCache
 from torchrun_operator.kube.jobwatch import JobWatcher
 
 
 def job(name: str, uid: str, rv: str, ns: str = "ns") -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "uid": uid, "resourceVersion": rv}}
+    return jobs.document(name, namespace=ns, uid=uid, resourceVersion=rv)
 
 
 class Scripted(JobWatcher):

@@ -1,15 +1,18 @@
 """Random pod histories for the reconciler's property tests: jobs of random shape (`jobs`),
-the steps of a history (`STEPS`, walked in time by `timeline`) and what each step does to the
-job and its pods (`act`)."""
+the steps of a history (`STEPS`, walked in time by `timeline`), what each step does to the
+job and its pods (`act`), and the reconciler driven through a history (`drive`), checking
+after each step what holds for every plan (`settled`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from dtj_factory import failure, make_job, set_deleting, set_running, set_terminated
+from dtj_factory import apply, at, failure, make_job, set_deleting, set_running, set_terminated
 from hypothesis import strategies as st
 from reports import report
+from torchrun_operator.reconcile import Plan, reconcile
 
 ACTIONS = [
     "run",
@@ -108,3 +111,39 @@ def timeline(steps: list[Step]) -> Iterator[tuple[str, int, float]]:
     for action, idx, dt in [("wait", 0, 0.0), *steps]:
         yield action, idx, t
         t += dt
+
+
+@dataclass(frozen=True)
+class Moment:
+    """One step of a driven history: the job and pods the reconciler saw at `t` (after the
+    step's action) and the plan it made of them."""
+
+    job: dict[str, Any]
+    pods: list[dict[str, Any]]
+    plan: Plan
+    t: float
+
+
+def settled(job: dict[str, Any], pods: list[dict[str, Any]], t: float) -> Plan:
+    """Reconcile again what the shell made of the last plan, at the same time: nothing new to
+    do or say, and its status is a fixed point. Returns that second plan."""
+    again = reconcile(job, pods, at(t))
+    assert again.create == []
+    assert again.delete == []
+    assert again.events == [], again.events
+    assert again.transitions == [], again.transitions
+    assert reconcile({**job, "status": again.status}, pods, at(t)).status == again.status
+    return again
+
+
+def drive(job: dict[str, Any], steps: list[Step]) -> Iterator[Moment]:
+    """The reconciler through the history `steps`, starting from `job` with no pods: at each
+    step the action happens, the reconciler plans (yielded, for the caller's checks), the
+    shell applies the plan, and the result is `settled`; the next step starts from there."""
+    pods: list[dict[str, Any]] = []
+    for action, idx, t in timeline(steps):
+        job, pods = act(action, pods, job, idx, t)
+        plan = reconcile(job, pods, at(t))
+        yield Moment(job, pods, plan, t)
+        job, pods = apply(job, pods, plan, t)
+        job = {**job, "status": settled(job, pods, t).status}

@@ -16,7 +16,7 @@ from dtj_factory import (
     step,
 )
 from hypothesis import given, settings
-from pod_histories import STEPS, Step, act, jobs, timeline
+from pod_histories import STEPS, Step, drive, jobs
 from reports import report
 from torchrun_operator.api.status_names import ConditionType, Phase, RestartKind
 from torchrun_operator.reconcile import conditions, reconcile
@@ -114,13 +114,11 @@ def test_transitions_are_exactly_what_changed_in_the_status(
 ) -> None:
     """Over random pod histories, what a plan says it decided is what its status shows:
     the phase chain leads from the old phase to the new, one restart per counted restart,
-    a start-up milestone exactly when its condition turned True; and nothing twice."""
-    job = created(job)
-    pods: list[dict[str, Any]] = []
-    for action, idx, t in timeline(steps):
-        job, pods = act(action, pods, job, idx, t)
-        old = job.get("status") or {}
-        plan = reconcile(job, pods, at(t))
+    a start-up milestone exactly when its condition turned True; and nothing twice
+    (pod_histories.settled)."""
+    for now in drive(created(job), steps):
+        old = now.job.get("status") or {}
+        plan = now.plan
         new = plan.status
         phases = [c for c in plan.transitions if isinstance(c, PhaseChanged)]
         chain = [old.get("phase") or "Pending", *(c.after for c in phases)]
@@ -132,5 +130,5 @@ def test_transitions_are_exactly_what_changed_in_the_status(
             turned = _true(new, type_) and not _true(old, type_)
             reached = [r for r in plan.transitions if isinstance(r, Reached)]
             assert [r.condition for r in reached].count(type_) == int(turned)
-        job, pods = apply(job, pods, plan, t)
-        assert reconcile(job, pods, at(t)).transitions == []
+        # Nothing decided twice: `drive` reconciles the applied plan again (settled) and
+        # requires no transitions of it.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 import pytest
 from torchrun_operator.api import names
 from torchrun_operator.render import render_pod
@@ -15,20 +16,15 @@ UID = "0b7c6a4e-1111-2222-3333-444455556666"
 
 
 def make_job(name: str = "train", nodes: int = 4, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "nodes": nodes,
-        "nprocPerNode": 1,
-        "template": {
-            "spec": {"containers": [{"name": "trainer", "image": "i", "command": ["python"]}]}
-        },
+    return jobs.job(
+        name,
+        nodes=nodes,
+        nproc=1,
+        image="i",
+        command=["python"],
+        metadata={"namespace": "ns", "uid": UID},
         **spec,
-    }
-    return {
-        "apiVersion": "torchrun.dev/v1alpha1",
-        "kind": "DistributedTrainingJob",
-        "metadata": {"name": name, "namespace": "ns", "uid": UID},
-        "spec": body,
-    }
+    )
 
 
 def owned_by_job(obj: dict[str, Any]) -> None:

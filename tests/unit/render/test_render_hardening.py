@@ -5,23 +5,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import jobs
 import pytest
 from torchrun_operator.render import render_pod
 
 
 def make_job(**pod_spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": {
-            "nodes": 2,
-            "template": {
-                "spec": {
-                    "containers": [{"name": "t", "image": "i", "command": ["python", "x"]}],
-                    **pod_spec,
-                }
-            },
-        },
-    }
+    return jobs.job(
+        "j",
+        image="i",
+        command=["python", "x"],
+        trainer={"name": "t"},
+        pod=pod_spec,
+        metadata={"namespace": "ns", "uid": "u"},
+    )
 
 
 def test_no_service_account_token_by_default() -> None:

@@ -2,44 +2,30 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+import jobs
 import pytest
 from torchrun_operator.render import kueue, render_pod
 
-JOB: dict[str, Any] = {
-    "apiVersion": "torchrun.dev/v1alpha1",
-    "kind": "DistributedTrainingJob",
-    "metadata": {
-        "name": "train",
-        "namespace": "team-a",
-        "uid": "3f1c",
-        "labels": {kueue.QUEUE_LABEL: "team-a-queue"},
-    },
-    "spec": {
-        "nodes": 4,
-        "nprocPerNode": 1,
-        "template": {
-            "spec": {
-                "containers": [
-                    {
-                        "name": "trainer",
-                        "image": "img",
-                        "command": ["python", "t.py"],
-                        "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}},
-                    }
-                ]
-            }
-        },
-    },
-}
-
 
 def job(**spec: Any) -> dict[str, Any]:
-    out = copy.deepcopy(JOB)
-    out["spec"].update(spec)
-    return out
+    """A job of 4 pods queued to team-a-queue, each asking 2 CPUs; `spec`: more of its spec."""
+    return jobs.job(
+        "train",
+        nproc=1,
+        command=["python", "t.py"],
+        trainer={"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}},
+        metadata={
+            "namespace": "team-a",
+            "uid": "3f1c",
+            "labels": {kueue.QUEUE_LABEL: "team-a-queue"},
+        },
+        **{"nodes": 4, **spec},
+    )
+
+
+JOB = job()
 
 
 def test_the_workload_asks_quota_for_every_pod_with_the_users_template() -> None:

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import jobs
 from torchrun_operator.render import render_pod
 
 
 def job(**run_policy: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u"},
-        "spec": {
-            "nodes": 2,
-            "runPolicy": run_policy,
-            "template": {
-                "spec": {"containers": [{"name": "t", "image": "i", "command": ["python", "x"]}]}
-            },
-        },
-    }
+    return jobs.job(
+        "j",
+        image="i",
+        command=["python", "x"],
+        trainer={"name": "t"},
+        metadata={"namespace": "ns", "uid": "u"},
+        runPolicy=run_policy,
+    )
 
 
 def env(pod: dict[str, Any]) -> dict[str, Any]:
