@@ -1,7 +1,8 @@
 """The fault campaign's invariants (tests/integration/faultrun.py), as pure checks over what a
-run recorded: the pod watch's events, the job's status, the operators' logs and exits.
+run recorded: the pod watch's events, the job's status, the operators' logs and exits; and
+`outcome`, the record of a run's result that the fault-free run's is compared with.
 
-Each returns the violations it finds, as sentences for people; none of them can only pass
+Each check returns the violations it finds, as sentences for people; none of them can only pass
 (tests/unit/test_campaign_invariants.py feeds each one a stream that breaks it). Kept here,
 in the folder both suites import from, so the unit tests need no cluster.
 """
@@ -109,9 +110,27 @@ def pods_per_attempt(
     return out
 
 
+def outcome(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's outcome, from its job's final status: what must not depend on faults (phase,
+    attempt, root cause, counters, restart history), the record outcome_differs compares."""
+    st = job.get("status") or {}
+    failure = st.get("failure") or {}
+    return {
+        "phase": st.get("phase"),
+        "attempt": st.get("attempt"),
+        "counters": st.get("counters"),
+        # Which pod holds which ranks is c10d's choice (by address): compare the rank and
+        # what went wrong, not where.
+        "failure": {k: failure.get(k) for k in ("rank", "kind", "reason", "exitCode")},
+        "restarts": [
+            (r.get("attempt"), r.get("kind"), r.get("reason")) for r in st.get("restarts") or []
+        ],
+    }
+
+
 def outcome_differs(reference: Mapping[str, Any], got: Mapping[str, Any]) -> list[str]:
-    """The outcome (phase, root cause, counters, restart records) equals the fault-free
-    run's: one sentence per field that does not."""
+    """The outcome (as `outcome` builds it) equals the fault-free run's: one sentence per
+    field that does not."""
     return [
         f"outcome {key}: {got.get(key)!r}, fault-free run: {reference.get(key)!r}"
         for key in sorted(set(reference) | set(got))

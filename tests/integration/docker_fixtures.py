@@ -1,10 +1,12 @@
-"""The Docker engine fixture shared by the tests that need one (images, real nodes), and the
-cross-node pod pair both use to check that pods on different nodes reach each other."""
+"""What the tests on a Docker engine share (test_images_docker, test_real_node): the engine
+fixture, the images `make` builds, and the pod pair both use to check that pods on
+different nodes reach each other."""
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ from localkube import sysdeps
 from localkube.testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+# Not the release tag: the tests' builds must not replace an image someone built with make.
+OPERATOR_IMAGE = "local/torchrun-operator:test"
 
 
 def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -24,6 +28,31 @@ def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.Comple
     return out
 
 
+def make(target: str, *assignments: str, timeout: float) -> None:
+    """`make target` in the checkout, building with the local Docker engine (DOCKER_ENGINE
+    empty: not a remote one from the caller's environment)."""
+    env = {**os.environ, "DOCKER_ENGINE": ""}
+    out = subprocess.run(
+        ["make", "-C", str(REPO), target, *assignments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 0, f"make {target} failed:\n{out.stdout[-4000:]}{out.stderr[-4000:]}"
+
+
+# The server of the cross-node pair: takes one connection on :7000, prints what came after
+# "GOT" and answers it with "ping" turned into "pong".
+SERVER = """
+import socket
+s = socket.create_server(("0.0.0.0", 7000))
+c, _ = s.accept()
+got = c.recv(100)
+print("GOT", got.decode(), flush=True)
+c.sendall(got.replace(b"ping", b"pong"))
+"""
 # The client of the cross-node pair: connects to `{ip}`:7000 (retrying while the server
 # starts), sends "ping" and prints what comes back after "REPLY".
 CLIENT = """
@@ -59,6 +88,30 @@ def python_pod(
         spec["terminationGracePeriodSeconds"] = grace_s
     spec["containers"] = [container]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def start_pair(
+    core: Any, namespace: str, pod: Callable[[str, str, str], dict[str, Any]], on: tuple[str, str]
+) -> str:
+    """The cross-node pair: pod "server" (SERVER) on node `on[0]`, and once it runs (waited
+    for up to 60 s) pod "client" (CLIENT, to the server's pod IP) on `on[1]`; `pod(name,
+    node, script)` makes each. Returns the server's pod IP."""
+    server, client = on
+    core.create_namespaced_pod(namespace, pod("server", server, SERVER))
+
+    def server_ip() -> str | None:
+        p = core.read_namespaced_pod("server", namespace)
+        return str(p.status.pod_ip) if p.status.phase == "Running" else None
+
+    ip: str = wait_for("server pod running", server_ip, timeout=60, interval=0.3)
+    core.create_namespaced_pod(namespace, pod("client", client, CLIENT.format(ip=ip)))
+    return ip
+
+
+def ended(core: Any, namespace: str, name: str) -> str | None:
+    """The pod's phase once it ended (Succeeded or Failed), else None: a check for wait_for."""
+    phase = core.read_namespaced_pod(name, namespace).status.phase
+    return str(phase) if phase in ("Succeeded", "Failed") else None
 
 
 def _forward_policy() -> str | None:

@@ -61,15 +61,7 @@ REPO = HERE.parents[1]
 # As pytest's rootdir conftest does: the shared test helpers (tests/jobs.py) and our packages.
 sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / "cluster")]
 
-from campaign_invariants import (  # noqa: E402
-    PodEvent,
-    attempts_mixed,
-    fault_kills,
-    outcome_differs,
-    pods_per_attempt,
-    tracebacks,
-    unexpected_exits,
-)
+import campaign_invariants as inv  # noqa: E402
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job, quick_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
@@ -228,30 +220,13 @@ SCENARIOS = [
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 
-def outcome(job: dict[str, Any]) -> dict[str, Any]:
-    """What must not depend on faults: phase, root cause, counters, restart history."""
-    st = job.get("status") or {}
-    failure = st.get("failure") or {}
-    return {
-        "phase": st.get("phase"),
-        "attempt": st.get("attempt"),
-        "counters": st.get("counters"),
-        # Which pod holds which ranks is c10d's choice (by address): compare the rank and
-        # what went wrong, not where.
-        "failure": {k: failure.get(k) for k in ("rank", "kind", "reason", "exitCode")},
-        "restarts": [
-            (r.get("attempt"), r.get("kind"), r.get("reason")) for r in st.get("restarts") or []
-        ],
-    }
-
-
 class PodMonitor:
     """Records every event of the namespace's pods, from before the job exists."""
 
     def __init__(self, api: client.ApiClient, ns: str) -> None:
         self.core = client.CoreV1Api(api)
         self.ns = ns
-        self.events: list[PodEvent] = []
+        self.events: list[inv.PodEvent] = []
         self.broke: list[str] = []
         self._watch = watch.Watch()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -283,7 +258,7 @@ class PodMonitor:
         for event in self._watch.stream(
             self.core.list_namespaced_pod, self.ns, resource_version=rv, timeout_seconds=900
         ):
-            self.events.append(PodEvent.of(event["type"], event["raw_object"]))
+            self.events.append(inv.PodEvent.of(event["type"], event["raw_object"]))
 
 
 class Operator:
@@ -501,16 +476,16 @@ class Campaign:
                     dict[str, Any],
                     custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name),
                 )
-            result = outcome(last) if done is not None else {}
+            result = inv.outcome(last) if done is not None else {}
             final = last.get("status") or {}
             violations += monitor.broke
-            violations += attempts_mixed(monitor.events)
-            violations += pods_per_attempt(monitor.events, scenario.nodes, final)
+            violations += inv.attempts_mixed(monitor.events)
+            violations += inv.pods_per_attempt(monitor.events, scenario.nodes, final)
         for o in operators:
-            violations += tracebacks(o.log_path.read_text(errors="replace"), o.log_path.name)
-        violations += unexpected_exits(exits, fault_kills(seen))
+            violations += inv.tracebacks(o.log_path.read_text(errors="replace"), o.log_path.name)
+        violations += inv.unexpected_exits(exits, inv.fault_kills(seen))
         unfired = Counter(kind for kind, _ in pending)
-        kills = len(fault_kills(seen))
+        kills = len(inv.fault_kills(seen))
         return Run(result, fired, unfired, kills, [f"{name}: {v}" for v in violations])
 
     def _reconciled(self, op: Operator) -> list[str]:
@@ -580,7 +555,7 @@ class Campaign:
     def judge(self, scenario: Scenario, got: Run) -> Run:
         """A run's own violations, and an outcome other than the reference's; tallied."""
         if got.outcome:
-            got.violations += outcome_differs(self.reference[scenario.name], got.outcome)
+            got.violations += inv.outcome_differs(self.reference[scenario.name], got.outcome)
         t = self.tally[scenario.name]
         t.runs += 1
         t.fired.update(got.fired)

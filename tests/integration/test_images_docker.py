@@ -26,27 +26,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from docker_fixtures import CLIENT, python_pod
+from docker_fixtures import OPERATOR_IMAGE, REPO, ended, make, python_pod, sh, start_pair
 from kubernetes import client
 from localkube import network
 from localkube.testing import wait_for
 from torchrun_operator.render.configmap import packaged_launcher_digest
 
-REPO = Path(__file__).resolve().parents[2]
-# Not the release tag: the test's build must not replace an image someone built with make.
-OPERATOR_IMAGE = "local/torchrun-operator:test"
 UID = "65532"
 
 pytestmark = pytest.mark.slow
-
-
-def sh(*cmd: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if check and out.returncode != 0:
-        raise AssertionError(
-            f"{' '.join(cmd)} exited {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-        )
-    return out
 
 
 @dataclass(frozen=True)
@@ -58,16 +46,7 @@ class Built:
 @pytest.fixture(scope="module")
 def operator_image(docker_engine: None) -> Built:
     digest = packaged_launcher_digest()  # the checkout's launcher package, zipped
-    env = {**os.environ, "DOCKER_ENGINE": ""}
-    out = subprocess.run(
-        ["make", "-C", str(REPO), "image-operator", f"OPERATOR_IMAGE={OPERATOR_IMAGE}"],
-        capture_output=True,
-        text=True,
-        timeout=540,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0, f"make image-operator failed:\n{out.stdout[-4000:]}{out.stderr}"
+    make("image-operator", f"OPERATOR_IMAGE={OPERATOR_IMAGE}", timeout=540)
     return Built(OPERATOR_IMAGE, digest)
 
 
@@ -127,15 +106,6 @@ def rule_packets(bridge: str) -> int:
             if f'"localkube {bridge}"' in line and line.endswith("-j ACCEPT") and m:
                 total += int(m.group(1))
     return total
-
-
-SERVER = """
-import socket
-s = socket.create_server(("0.0.0.0", 7000))
-c, _ = s.accept()
-print("GOT", c.recv(100).decode(), flush=True)
-c.sendall(b"pong")
-"""
 
 
 def pod(name: str, node: str, script: str) -> dict[str, Any]:
@@ -242,21 +212,10 @@ def test_pods_talk_across_the_bridge_while_dockerd_runs(
     before = rule_packets(bridge)
 
     nodes = [n.name for n in cluster.nodes]
-    core.create_namespaced_pod(namespace, pod("server", nodes[0], SERVER))
-
-    def server_ip() -> str | None:
-        p = core.read_namespaced_pod("server", namespace)
-        return p.status.pod_ip if p.status.phase == "Running" else None
-
-    ip = wait_for("server pod running", server_ip, timeout=60, interval=0.3)
-    core.create_namespaced_pod(namespace, pod("client", nodes[-1], CLIENT.format(ip=ip)))
-
-    def finished(name: str) -> str | None:
-        phase = core.read_namespaced_pod(name, namespace).status.phase
-        return phase if phase in ("Succeeded", "Failed") else None
-
+    start_pair(core, namespace, pod, on=(nodes[0], nodes[-1]))
     phases = [
-        wait_for(f"{n} done", lambda n=n: finished(n), timeout=90) for n in ("client", "server")
+        wait_for(f"{n} done", lambda n=n: ended(core, namespace, n), timeout=90)
+        for n in ("client", "server")
     ]
     logs = {
         n: (Path(cluster.layout.node_state) / "logs" / namespace / n / "main.log").read_text()

@@ -214,12 +214,42 @@ def wait_workload(
     return found
 
 
+def start_queued(
+    kube: client.ApiClient,
+    ns: str,
+    name: str,
+    seconds: float,
+    phases: set[str],
+    timeout: float,
+    priority: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """queued_job, then the job once it reached one of `phases` (admitted, its pods made)."""
+    queued_job(kube, ns, name, seconds, priority, **spec)
+    return wait_phase(kube, ns, name, phases, timeout)
+
+
+def wait_not_admitted(kube: client.ApiClient, ns: str, name: str, timeout: float) -> dict[str, Any]:
+    """The job's Admitted condition once the job is Queued; it says False (why: its reason)."""
+    queued = wait_phase(kube, ns, name, {"Queued"}, timeout)
+    admitted = condition(queued, "Admitted")
+    assert admitted["status"] == "False", admitted
+    return admitted
+
+
+def wait_succeeded(
+    kube: client.ApiClient, ns: str, name: str, timeout: float = 240
+) -> dict[str, Any]:
+    """The job once it ended; it must have succeeded."""
+    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, timeout)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    return done
+
+
 def wait_resumed(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
     """Waits for the job to end: it succeeded on its second attempt with no restart counted,
     the first suspended once. Returns the record of that suspension."""
-    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, 240)
-    st = done["status"]
-    assert st["phase"] == "Succeeded", st
+    st = wait_succeeded(kube, ns, name)["status"]
     assert st["attempt"] == 1
     assert st["counters"] == {"userFailures": 0, "infrastructureFailures": 0, "restarts": 0}
     record: dict[str, Any]
@@ -233,16 +263,14 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
     kube: client.ApiClient, namespace: str, queue: str, cluster: Any
 ) -> None:
     ns = namespace
-    queued_job(kube, ns, "first", 15)
+    start_queued(kube, ns, "first", 15, {"Starting", "Running"}, 120)
     # Kueue admits Workloads in the order they were created, to the second, and the operator
     # creates them when it sees each job: the second job is applied only once the first holds
     # the quota (two Workloads made in the same second were seen admitted the other way).
-    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
     queued_job(kube, ns, "second", 1)
 
-    second = wait_phase(kube, ns, "second", {"Queued"}, 60)
-    admitted = condition(second, "Admitted")
-    assert admitted["status"] == "False" and admitted["reason"] == "Pending", admitted
+    admitted = wait_not_admitted(kube, ns, "second", 60)
+    assert admitted["reason"] == "Pending", admitted
     # Kueue's own words, from the Workload.
     assert "insufficient unused quota" in admitted["message"], admitted
     wl = workload(kube, ns, "second")
@@ -266,8 +294,7 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
     for pod in job_pods(kube, ns, "second"):
         assert pod.spec.node_selector == {"kubernetes.io/hostname": "node-1"}
         assert pod.metadata.labels["kueue.x-k8s.io/podset"] == "workers"
-    second = wait_phase(kube, ns, "second", {"Succeeded", "Failed"}, 240)
-    assert second["status"]["phase"] == "Succeeded", second["status"]
+    second = wait_succeeded(kube, ns, "second")
     assert condition(second, "Admitted")["status"] == "True"
     assert all(p.spec.node_name == "node-1" for p in job_pods(kube, ns, "second"))
 
@@ -282,8 +309,7 @@ def test_a_finished_job_frees_its_quota_only_once_its_pods_stopped(
     keeps its pods running until their script ends; the second gets pods only after that."""
     ns = namespace
     policy = {"activeDeadlineSeconds": 8, "cleanPodPolicy": "KeepAll"}
-    queued_job(kube, ns, "first", 45, runPolicy=policy)
-    wait_phase(kube, ns, "first", {"Starting", "Running"}, 120)
+    start_queued(kube, ns, "first", 45, {"Starting", "Running"}, 120, runPolicy=policy)
     queued_job(kube, ns, "second", 1)
     wait_phase(kube, ns, "second", {"Queued"}, 60)
 
@@ -302,8 +328,7 @@ def test_a_finished_job_frees_its_quota_only_once_its_pods_stopped(
     assert set(phases.values()) <= {"Succeeded", "Failed"}, phases
     finished = wait_workload(kube, ns, "first", "Finished", "True")
     assert condition(finished, "Finished")["reason"] == "Failed"
-    second = wait_phase(kube, ns, "second", {"Succeeded", "Failed"}, 240)
-    assert second["status"]["phase"] == "Succeeded", second["status"]
+    wait_succeeded(kube, ns, "second")
 
 
 @pytest.mark.usefixtures("kueue_operator")
@@ -311,8 +336,7 @@ def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
     kube: client.ApiClient, namespace: str, queue: str, cluster: Any
 ) -> None:
     ns = namespace
-    queued_job(kube, ns, "evicted", 3600)
-    running = wait_phase(kube, ns, "evicted", {"Running"}, 180)
+    running = start_queued(kube, ns, "evicted", 3600, {"Running"}, 180)
     assert running["status"]["attempt"] == 0
     wl = workload(kube, ns, "evicted")
     assert wl is not None
@@ -320,9 +344,8 @@ def test_eviction_suspends_without_a_restart_and_readmission_resumes_to_success(
     api = custom(kube)
     api.patch_namespaced_custom_object(*KUEUE, ns, "workloads", name, {"spec": {"active": False}})
 
-    queued = wait_phase(kube, ns, "evicted", {"Queued"}, 60)
-    admitted = condition(queued, "Admitted")
-    assert admitted["status"] == "False" and admitted["reason"].startswith("Deactivated"), admitted
+    admitted = wait_not_admitted(kube, ns, "evicted", 60)
+    assert admitted["reason"].startswith("Deactivated"), admitted
     wait_for("the evicted job's pods gone", lambda: job_pods(kube, ns, "evicted") == [], 120)
     # Once the pods are gone the operator releases the quota, as Kueue's integrations do.
     released = wait_workload(kube, ns, "evicted", "QuotaReserved", "False", 60)
@@ -343,17 +366,14 @@ def test_a_higher_priority_job_preempts_without_a_restart_and_the_preempted_one_
     kube: client.ApiClient, namespace: str, queue: str
 ) -> None:
     ns = namespace
-    queued_job(kube, ns, "low", 3600, priority="low")
-    wait_phase(kube, ns, "low", {"Running"}, 180)
+    start_queued(kube, ns, "low", 3600, {"Running"}, 180, priority="low")
     wl = workload(kube, ns, "low")
     assert wl is not None and wl["spec"]["priority"] == 10
     queued_job(kube, ns, "high", 5, priority="high")
 
-    low = wait_phase(kube, ns, "low", {"Queued"}, 120)
-    admitted = condition(low, "Admitted")
-    assert admitted["status"] == "False" and admitted["reason"] == "Preempted", admitted
-    done = wait_phase(kube, ns, "high", {"Succeeded", "Failed"}, 240)
-    assert done["status"]["phase"] == "Succeeded", done["status"]
+    admitted = wait_not_admitted(kube, ns, "low", 120)
+    assert admitted["reason"] == "Preempted", admitted
+    done = wait_succeeded(kube, ns, "high")
     assert done["status"]["attempt"] == 0
 
     record = wait_resumed(kube, ns, "low")

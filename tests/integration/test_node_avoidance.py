@@ -10,43 +10,15 @@ names the node, and `kubectl dtj status` lists it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import jobs
 import pytest
 from dtj import IMAGE, SMALL, apply, dtj_status, get_job, job_pods, wait_for
 from kubernetes import client
+from nodes import FAST_EVICTION, node_lost, spread
 
 pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
-
-# Evicted 2 s after the node's not-ready or unreachable taint, not the default 300 s.
-FAST_EVICTION = [
-    {
-        "key": f"node.kubernetes.io/{k}",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 2,
-    }
-    for k in ("not-ready", "unreachable")
-]
-
-
-def spread(name: str) -> dict[str, Any]:
-    """One pod per node while both nodes are up; the new gang still fits on one."""
-    return {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"torchrun.dev/job-name": name}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    },
-                }
-            ]
-        }
-    }
 
 
 def kept_off(pod: Any) -> list[str]:
@@ -94,9 +66,7 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
     nodes = wait_for("both pods running", placed, timeout=120, interval=1)
     node, other = nodes["1"], nodes["0"]
     assert node != other, "both pods on one node: losing it would not be losing one pod"
-    pause = Path(cluster.layout.node_state) / node / "pause-heartbeat"
-    pause.touch()
-    try:
+    with node_lost(cluster, kube, node, ready_timeout=90):
 
         def restarted() -> tuple[dict[str, Any], list[Any]] | None:
             job = get_job(kube, namespace, name)
@@ -126,13 +96,3 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
         assert "Avoided nodes (the job's pods keep off them):" in text, text
         row = next(line for line in text.splitlines() if line.startswith(node + " "))
         assert avoided["reason"] in row, text
-    finally:
-        pause.unlink()
-
-        def healthy() -> bool:
-            n: Any = core.read_node(node)
-            ready = next(c.status for c in n.status.conditions if c.type == "Ready")
-            taints = [t.key for t in n.spec.taints or []]
-            return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)
-
-        wait_for(f"{node} Ready again", healthy, timeout=90, interval=1)

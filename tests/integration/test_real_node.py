@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 import yaml
-from docker_fixtures import CLIENT, REPO, python_pod
+from docker_fixtures import OPERATOR_IMAGE, REPO, ended, make, python_pod, start_pair
 from dtj import apply, create_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client, config, watch
 from localkube.components import NodeSpec
@@ -43,8 +43,6 @@ from localkube.testing import create_namespace, started_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.localkube]
 
-# Not the release tags: the test's builds must not replace images someone built with make.
-OPERATOR_IMAGE = "local/torchrun-operator:test"
 TORCH_VERSION = next(
     line.split("==", 1)[1].strip()
     for line in (REPO / "requirements-test.txt").read_text().splitlines()
@@ -55,19 +53,6 @@ IMAGE_USER = "65532"
 CHART = REPO / "charts" / "torchrun-operator"
 RELEASE = "rn-op"
 ON_REAL_NODES = {NODE_KIND_LABEL: REAL}
-
-
-def make(target: str, *assignments: str, timeout: float) -> None:
-    env = {**os.environ, "DOCKER_ENGINE": ""}
-    out = subprocess.run(
-        ["make", "-C", str(REPO), target, *assignments],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-    assert out.returncode == 0, f"make {target} failed:\n{out.stdout[-4000:]}{out.stderr[-4000:]}"
 
 
 @pytest.fixture(scope="module")
@@ -361,14 +346,6 @@ def test_a_deleted_pods_launcher_gets_sigterm_and_its_grace_period(
     assert "SIGTERM" in json.dumps(summary), summary
 
 
-SERVER = """
-import socket
-s = socket.create_server(("0.0.0.0", 7000))
-c, _ = s.accept()
-c.sendall(c.recv(100).replace(b"ping", b"pong"))
-"""
-
-
 def plain_pod(name: str, node: str, script: str) -> dict[str, Any]:
     return python_pod(name, node, script, image=RUNTIME_IMAGE, pull_policy="Never")
 
@@ -378,22 +355,12 @@ def test_a_real_nodes_container_talks_to_a_process_nodes_pod(
 ) -> None:
     """Both kinds of node put their pods on the cluster's bridge, each in its own /24."""
     core: Any = client.CoreV1Api(kube)
-    core.create_namespaced_pod(namespace, plain_pod("server", "node-0", SERVER))
-
-    def server_ip() -> str | None:
-        p = core.read_namespaced_pod("server", namespace)
-        return str(p.status.pod_ip) if p.status.phase == "Running" else None
-
-    ip = wait_for("server pod running", server_ip, timeout=60, interval=0.3)
-    core.create_namespaced_pod(namespace, plain_pod("client", "real-0", CLIENT.format(ip=ip)))
-
-    def finished(name: str) -> str | None:
-        phase = core.read_namespaced_pod(name, namespace).status.phase
-        return str(phase) if phase in ("Succeeded", "Failed") else None
-
-    assert wait_for("client done", lambda: finished("client"), timeout=90) == "Succeeded"
+    ip = start_pair(core, namespace, plain_pod, on=("node-0", "real-0"))
+    done = wait_for("client done", lambda: ended(core, namespace, "client"), timeout=90)
+    assert done == "Succeeded"
     assert "REPLY pong" in pod_log(kube, namespace, "client")
-    assert wait_for("server done", lambda: finished("server"), timeout=30) == "Succeeded"
+    done = wait_for("server done", lambda: ended(core, namespace, "server"), timeout=30)
+    assert done == "Succeeded"
     client_ip = core.read_namespaced_pod("client", namespace).status.pod_ip
     assert ip.split(".")[:3] != client_ip.split(".")[:3], (ip, client_ip)
 

@@ -27,21 +27,13 @@ import jobs
 import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, wait_for, wait_phase
 from kubernetes import client
+from nodes import FAST_EVICTION, node_lost, spread
 
 pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
 
 SCRIPTS = REPO / "examples" / "scripts"
 # Small and slow enough to interrupt: 256 samples / (2 ranks x 16) = 8 steps an epoch.
 TRAIN_ARGS = ["--samples", "256", "--batch-size", "16", "--seed", "7"]
-FAST_EVICTION = [
-    {
-        "key": f"node.kubernetes.io/{k}",
-        "operator": "Exists",
-        "effect": "NoExecute",
-        "tolerationSeconds": 2,
-    }
-    for k in ("not-ready", "unreachable")
-]
 
 
 # ---- building jobs ------------------------------------------------------------------------
@@ -327,43 +319,18 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     # checkpoint (at least 7 x 8 x 0.75 s) lasts longer.
     doc = job_doc(name, train_command(EPOCHS, 0.75), ckpt_dir=ckpt)
     # One pod per node while both nodes are up; the new gang fits on the surviving one.
-    doc["spec"]["template"]["spec"]["affinity"] = {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {"torchrun.dev/job-name": name}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    },
-                }
-            ]
-        }
-    }
+    doc["spec"]["template"]["spec"]["affinity"] = spread(name)
     apply(kube, namespace, [script_configmap(name), doc])
     pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
     node = pod.spec.node_name
     other = pod_by_index(kube, namespace, name, 0).spec.node_name
     assert node != other, "both pods on one node: losing it would not be losing one rank"
-    pause = node_state(cluster) / node / "pause-heartbeat"
-    core = client.CoreV1Api(kube)
-    pause.touch()
-    try:
+    with node_lost(cluster, kube, node, ready_timeout=60):
         status = assert_one_restart_and_resumed(
             cluster, kube, namespace, name, reference_checksum, index=1
         )
         # The new gang ran on the node that still answered.
         assert {r["node"] for r in status["ranks"]} == {other}, status["ranks"]
-    finally:
-        pause.unlink()
-
-        def healthy() -> bool:
-            n: Any = core.read_node(node)
-            ready = next(c.status for c in n.status.conditions if c.type == "Ready")
-            taints = [t.key for t in n.spec.taints or []]
-            return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)
-
-        wait_for(f"{node} Ready again", healthy, timeout=60, interval=1)
 
 
 # ---- exit codes and the budget ------------------------------------------------------------
