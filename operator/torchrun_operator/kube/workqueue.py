@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 
+from .backoff import doubling
+
 # The longest any key waits, whatever delay it was added with. A reconcile re-plans its next
 # wake-up every time it runs, so waking a far-off key early costs one reconcile an hour; an
 # unbounded delay (a spec's activeDeadlineSeconds is an int64) overflows Condition.wait, whose
@@ -42,9 +44,7 @@ def backoff_delay(
     [0, 1]. For one jitter it never shrinks as failures grow, and never passes the cap."""
     if failures < 1:
         return 0.0
-    # 2**63 times any base is past any cap; the exponent is bounded so the power cannot
-    # overflow a float however long a key keeps failing.
-    delay = min(cap, base * 2.0 ** min(failures - 1, 63))
+    delay = doubling(base, failures, cap)
     return delay * (1.0 - BACKOFF_JITTER * min(max(jitter, 0.0), 1.0))
 
 
