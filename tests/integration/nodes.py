@@ -1,5 +1,5 @@
 """Losing a node of the local cluster, shared by the tests of what the operator does then
-(test_restarts, test_node_avoidance).
+(test_restarts, test_node_avoidance, test_process_node).
 
 A node is lost by pausing its heartbeats (localkube's process node: `<node state>/<node>/
 pause-heartbeat`, cluster/localkube/node/nodes.py): the node controller marks it NotReady,

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube.testing import wait_for
+from nodes import FAST_EVICTION, node_lost
 
 # The typed client wants model objects; these tests pass plain dicts, which it accepts.
 Core = Any
@@ -427,19 +428,10 @@ def test_readiness_probe_and_restart_on_failure(cluster: Any, core: Core, namesp
 
 
 def test_lost_node_goes_not_ready_and_its_pods_are_evicted(
-    cluster: Any, core: Core, namespace: str
+    cluster: Any, kube: client.ApiClient, core: Core, namespace: str
 ) -> None:
     ns = namespace
     node = "node-1"
-    tolerations = [
-        {
-            "key": f"node.kubernetes.io/{k}",
-            "operator": "Exists",
-            "effect": "NoExecute",
-            "tolerationSeconds": 1,
-        }
-        for k in ("not-ready", "unreachable")
-    ]
     create(
         core,
         ns,
@@ -447,28 +439,16 @@ def test_lost_node_goes_not_ready_and_its_pods_are_evicted(
             "victim",
             "sleep 1000",
             nodeSelector={"kubernetes.io/hostname": node},
-            tolerations=tolerations,
+            tolerations=FAST_EVICTION,
         ),
     )
     wait_phase(core, ns, "victim", ("Running",))
-    pause = Path(cluster.layout.node_state) / node / "pause-heartbeat"
-    pause.touch()
 
     def node_ready() -> str:
         n = core.read_node(node)
         return next(c.status for c in n.status.conditions if c.type == "Ready")
 
-    try:
+    # node_lost waits afterwards (45 s at most) until the node is Ready with no taint left
+    with node_lost(cluster, kube, node, ready_timeout=45):
         wait_for("node NotReady", lambda: node_ready() != "True", timeout=45, interval=1)
         wait_for("victim evicted", _gone(core, ns, "victim"), timeout=30)
-    finally:
-        pause.unlink()
-
-    def healthy() -> bool:
-        n = core.read_node(node)
-        taints = [t.key for t in n.spec.taints or []]
-        return node_ready() == "True" and not any(
-            k.startswith("node.kubernetes.io/") for k in taints
-        )
-
-    wait_for("node Ready again", healthy, timeout=45, interval=1)
