@@ -9,8 +9,10 @@ nowhere else. Unset, every hook below is one comparison that changes nothing.
 
 Plants (each breaks one invariant of docs/reliability.md):
 
-- keep-stale: the reconciler never sees pods of earlier attempts, so a new attempt is
-  created beside the old one's pods and they are never deleted.
+- keep-stale: the reconciler never sees pods of earlier attempts, and the controller never
+  deletes them, so a new attempt is created beside the old one's pods. (Hiding them alone
+  was not enough: the restart's own reconcile still deleted them, and when the deletes
+  finished before the new creates, as finished pods' often do, nothing was caught.)
 - double-create: each attempt's first pod create also creates a twin of that pod under
   another name (a retry that did not see its first create).
 - recount: the first reconcile of a finished job in each operator process counts one more
@@ -54,6 +56,19 @@ def visible_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[s
         return pods
     attempt = str((job.get("status") or {}).get("attempt", 0))
     return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) == attempt]
+
+
+def deletions(status: dict[str, Any], names: list[str], pods: list[dict[str, Any]]) -> list[str]:
+    """keep-stale: the plan's deletes, less the pods of attempts before `status`'s."""
+    if PLANTED != "keep-stale":
+        return names
+    attempt = str(status.get("attempt", 0))
+    stale = {
+        p["metadata"]["name"]
+        for p in pods
+        if (p["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) != attempt
+    }
+    return [n for n in names if n not in stale]
 
 
 def reconciled_from(job: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ def test_unset_every_hook_changes_nothing() -> None:
     pods = [pod("j-0", 0), pod("j-0-a1", 1)]
     job = {"metadata": {"uid": "u"}, "status": {"attempt": 1, "phase": "Succeeded"}}
     assert testplant.visible_pods(job, pods) is pods
+    assert testplant.deletions(job["status"], ["j-0", "j-0-a1"], pods) == ["j-0", "j-0-a1"]
     assert testplant.reconciled_from(job) is job
     assert testplant.twin(pods[0]) is None
     testplant.after_reconcile()
@@ -55,6 +56,16 @@ def test_keep_stale_hides_the_pods_of_earlier_attempts(monkeypatch: pytest.Monke
         p["metadata"]["name"]
         for p in testplant.visible_pods(job, [pod("j-0", 0), pod("j-0-a1", 1)])
     ] == ["j-0-a1"]
+
+
+def test_keep_stale_never_deletes_the_pods_of_earlier_attempts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The restart's own plan (its status already at attempt 1) deletes attempt 0's pods: the
+    plant keeps them, so attempt 1 is created beside them whatever the timing."""
+    monkeypatch.setattr(testplant, "PLANTED", "keep-stale")
+    pods = [pod("j-0", 0), pod("j-1", 0), pod("j-0-a1", 1)]
+    assert testplant.deletions({"attempt": 1}, ["j-0", "j-1", "j-0-a1"], pods) == ["j-0-a1"]
 
 
 def test_recount_adds_a_restart_once_per_finished_job(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -277,8 +277,10 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
             metrics.record_transitions(plan.transitions)
         # Deletes fan out like creates: a 512-pod gang restart must not pay 512 round trips
         # in a row.
-        uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in self.pods.pods(key)}
-        self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n)), plan.delete)
+        cached = self.pods.pods(key)
+        uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in cached}
+        deletes = testplant.deletions(plan.status, plan.delete, cached)
+        self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n)), deletes)
         creates = self._due_creates(meta["uid"], plan.create)
         if not self._gang_ready(job, plan.status):
             creates = []  # a gang's pods never start without their PodGroup
