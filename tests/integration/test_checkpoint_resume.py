@@ -14,7 +14,9 @@ from kubernetes import client
 
 pytestmark = pytest.mark.usefixtures("operator")
 
-STEPS, SAVE_EVERY = 40, 5
+# 80 steps of 0.3 s: the job must still run after the operator reports step 10 and the pod is
+# killed (with 40, in the fresh root, it finished before the report reached the test).
+STEPS, SAVE_EVERY = 80, 5
 
 
 def checkpoint_job(name: str, ckpt: Path) -> list[dict[str, Any]]:
