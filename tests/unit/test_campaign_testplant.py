@@ -30,7 +30,7 @@ def finished_job(uid: str) -> dict[str, Any]:
 def test_unset_every_hook_changes_nothing() -> None:
     assert os.environ.get(testplant.ENV) is None and testplant.PLANTED == ""
     pods = [pod("j-0", 0), pod("j-0-a1", 1)]
-    job = {"metadata": {"uid": "u"}, "status": {"attempt": 1, "phase": "Succeeded"}}
+    job: dict[str, Any] = {"metadata": {"uid": "u"}, "status": {"attempt": 1, "phase": "Succeeded"}}
     assert testplant.visible_pods(job, pods) is pods
     assert testplant.deletions(job["status"], ["j-0", "j-0-a1"], pods) == ["j-0", "j-0-a1"]
     assert testplant.reconciled_from(job) is job
