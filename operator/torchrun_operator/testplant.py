@@ -50,24 +50,25 @@ def _once(what: str) -> bool:
     return True
 
 
+def _of_attempt(status: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether `pod` belongs to the attempt `status` is at."""
+    attempt = str(status.get("attempt", 0))
+    return (pod["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) == attempt
+
+
 def visible_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """keep-stale: only the pods of the job's current attempt."""
     if PLANTED != "keep-stale":
         return pods
-    attempt = str((job.get("status") or {}).get("attempt", 0))
-    return [p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) == attempt]
+    status = job.get("status") or {}
+    return [p for p in pods if _of_attempt(status, p)]
 
 
 def deletions(status: dict[str, Any], names: list[str], pods: list[dict[str, Any]]) -> list[str]:
     """keep-stale: the plan's deletes, less the pods of attempts before `status`'s."""
     if PLANTED != "keep-stale":
         return names
-    attempt = str(status.get("attempt", 0))
-    stale = {
-        p["metadata"]["name"]
-        for p in pods
-        if (p["metadata"].get("labels") or {}).get(LABEL_ATTEMPT) != attempt
-    }
+    stale = {p["metadata"]["name"] for p in pods if not _of_attempt(status, p)}
     return [n for n in names if n not in stale]
 
 

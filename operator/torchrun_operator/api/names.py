@@ -18,6 +18,13 @@ CLUSTER_RUNTIME_PLURAL = "clusterdistributedtrainingruntimes"
 RUNTIME_KIND = "DistributedTrainingRuntime"
 RUNTIME_PLURAL = "distributedtrainingruntimes"
 
+
+def runtime_plural(kind: str) -> str:
+    """The resource a runtime kind is read from; anything but the cluster kind is the
+    namespaced one (the model refuses other kinds)."""
+    return CLUSTER_RUNTIME_PLURAL if kind == CLUSTER_RUNTIME_KIND else RUNTIME_PLURAL
+
+
 LABEL_JOB_NAME = f"{GROUP}/job-name"
 # The pod's index (0..nodes-1, its hostname <job>-<index>), which is not torchrun's node rank.
 LABEL_INDEX = f"{GROUP}/index"

@@ -24,7 +24,26 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from .names import CLUSTER_RUNTIME_KIND
+
 Obj = dict[str, Any]
+
+
+def runtime_ref(job: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(kind, name) of the runtime the job object names, None if none (or malformed: the
+    model says so then)."""
+    spec = job.get("spec")
+    ref = spec.get("runtimeRef") if isinstance(spec, Mapping) else None
+    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
+        return None
+    return str(ref.get("kind") or CLUSTER_RUNTIME_KIND), ref["name"]
+
+
+def recorded(status: Mapping[str, Any]) -> Obj | None:
+    """status.runtime, the runtime the operator resolved for the job, if it holds a spec."""
+    rec = status.get("runtime")
+    return rec if isinstance(rec, dict) and isinstance(rec.get("spec"), dict) else None
+
 
 # Lists whose entries are matched by a key, and whether a match is merged (containers) or the
 # job's entry replaces the runtime's whole.

@@ -14,14 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from ..api.models import JobSpec, JobStatus, RankStatus
-from ..api.names import (
-    CLUSTER_RUNTIME_KIND,
-    CLUSTER_RUNTIME_PLURAL,
-    GROUP,
-    PLURAL,
-    RUNTIME_PLURAL,
-    VERSION,
-)
+from ..api.names import CLUSTER_RUNTIME_KIND, GROUP, PLURAL, VERSION, runtime_plural
 from ..api.status_names import Phase
 from .connect import connect
 from .errors import JobFailed, JobNotFound, LogsUnavailable, RankNotFound, WaitTimeout
@@ -88,14 +81,14 @@ class Client:
         try:
             if kind == CLUSTER_RUNTIME_KIND:
                 obj = self._custom.get_cluster_custom_object(
-                    GROUP, VERSION, CLUSTER_RUNTIME_PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                    GROUP, VERSION, runtime_plural(kind), name, _request_timeout=REQUEST_TIMEOUT
                 )
             else:
                 obj = self._custom.get_namespaced_custom_object(
                     GROUP,
                     VERSION,
                     namespace,
-                    RUNTIME_PLURAL,
+                    runtime_plural(kind),
                     name,
                     _request_timeout=REQUEST_TIMEOUT,
                 )

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..api import runtimemerge
 from ..api.models import JobSpec, JobStatus, RankStatus
-from ..api.names import API_VERSION, CLUSTER_RUNTIME_KIND, KIND
+from ..api.names import API_VERSION, KIND
 from ..api.ranks import parse_ranks
 from ..api.status_names import FINISHED, Phase
 from .errors import RankNotFound
@@ -71,7 +71,7 @@ def _spec(obj: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> JobSpec:
     if runtime_of(obj) is None:
         return lenient(JobSpec, spec)
     status = obj.get("status")
-    recorded = status.get("runtime") if isinstance(status, Mapping) else None
+    recorded = runtimemerge.recorded(status) if isinstance(status, Mapping) else None
     base = next(
         (
             r["spec"]
@@ -123,12 +123,7 @@ def runtime_of(job: JobSpec | Mapping[str, Any]) -> tuple[str, str] | None:
     if isinstance(job, JobSpec):
         ref = job.runtime_ref
         return (ref.kind, ref.name) if ref else None
-    spec = job.get("spec")
-    ref = spec.get("runtimeRef") if isinstance(spec, Mapping) else None
-    if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str):
-        return None
-    kind = ref.get("kind")
-    return (kind if isinstance(kind, str) else CLUSTER_RUNTIME_KIND), ref["name"]
+    return runtimemerge.runtime_ref(job)
 
 
 def job_object(

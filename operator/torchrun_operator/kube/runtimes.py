@@ -26,7 +26,7 @@ class RuntimeReader:
         None if there is none. Other refusals (RBAC, the CRD not installed) raise: the job is
         retried with back-off and the log says why."""
         cluster = kind == names.CLUSTER_RUNTIME_KIND
-        plural = names.CLUSTER_RUNTIME_PLURAL if cluster else names.RUNTIME_PLURAL
+        plural = names.runtime_plural(kind)
 
         def call() -> Obj:
             if cluster:

@@ -24,6 +24,8 @@ from pydantic import ValidationError
 
 from ..api import runtimemerge
 from ..api.runtime import RuntimeSpec
+from ..api.runtimemerge import recorded as _recorded
+from ..api.runtimemerge import runtime_ref
 from ..api.status_names import FINISHED
 
 Obj = dict[str, Any]
@@ -57,15 +59,6 @@ class Resolved:
     """This reconcile recorded the runtime."""
 
 
-def runtime_ref(job: Obj) -> tuple[str, str] | None:
-    """(kind, name) of the runtime the job names, None if none (or malformed: the model says
-    so then)."""
-    ref = (job.get("spec") or {}).get("runtimeRef")
-    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
-        return None
-    return str(ref.get("kind") or "ClusterDistributedTrainingRuntime"), ref["name"]
-
-
 def needs_lookup(job: Obj) -> tuple[str, str] | None:
     """(kind, name) of the runtime the shell must read for this job: it names one, has not
     recorded it, and has not finished. None: nothing to read."""
@@ -74,11 +67,6 @@ def needs_lookup(job: Obj) -> tuple[str, str] | None:
     if ref is None or _recorded(status) is not None or status.get("phase") in FINISHED:
         return None
     return ref
-
-
-def _recorded(status: Obj) -> Obj | None:
-    rec = status.get("runtime")
-    return rec if isinstance(rec, dict) and isinstance(rec.get("spec"), dict) else None
 
 
 def spec_hash(spec: Obj) -> str:
