@@ -11,8 +11,9 @@
 # packages (ROOT_PACKAGES, each checked against hack/sysdeps/new-machine-packages.txt) and what a
 # new machine has outside apt, copied from this one: Go, pyenv's Python 3.11, the Docker client,
 # kubectl, and its network's CA certificates (the environment, GOFLAGS and the *_CA_* variables
-# among it, passes through). It is entered with chroot in a private mount namespace (proc, sys, dev, the
-# cgroup hierarchies), sharing this machine's kernel and network: the local cluster's network
+# among it, passes through). It is entered in a private mount namespace (proc, sys, dev, the
+# cgroup hierarchies) whose root it is made with pivot_root, sharing this machine's kernel and
+# network: the local cluster's network
 # namespaces, dockerd and the real node's containerd run there as they would on a new machine.
 # Needs root and the Debian mirror; mmdebstrap is installed here through hack/sysdeps.
 #
@@ -127,7 +128,15 @@ in_root() {
     mount --rbind /sys "$d/sys"
     mount --rbind /dev "$d/dev"
     mount -t tmpfs tmpfs "$d/run"
-    exec chroot "$d" /enter.sh "$@"
+    # pivot_root, not a bare chroot: joining a mount namespace (setns) puts a process at the
+    # namespace'"'"'s root, which under chroot is still this machine'"'"'s. runc exec joins a
+    # container'"'"'s namespace so, and `kubectl exec` ran on this machine'"'"'s files
+    # ("python": executable file not found); after pivot_root the root is the namespace'"'"'s.
+    mkdir -p "$d/.old-root"
+    cd "$d"
+    pivot_root . .old-root
+    umount -l /.old-root
+    exec chroot . /enter.sh "$@"
   ' in_root "$dir" "$@"
 }
 
