@@ -55,8 +55,10 @@ down: venv ## stop the demo's operator and the local cluster
 	-[ -f .cluster/operator.pid ] && kill $$(cat .cluster/operator.pid) && rm -f .cluster/operator.pid
 	.venv/bin/python -m localkube down
 
-demo: build venv ## local cluster, operator and the CPU example, in one command
-	LOCALKUBE_BIN=$(BIN) hack/demo.sh
+# Not `build venv` as prerequisites: make would echo each recipe and its output; the build's
+# own progress lines (cluster/build.sh, on stderr) and demo.sh's are what a newcomer reads.
+demo: ## local cluster, operator and the CPU example, in one command
+	@bin=$$(cluster/build.sh) && LOCALKUBE_BIN=$$bin hack/demo.sh
 
 help: ## list the targets and what each does
 	@awk -F: '/^[A-Za-z0-9_-]+:([^=]|$$)/ && !seen[$$1]++ { \

@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--cpu", default="8")
     up.add_argument("--memory", default="32Gi")
     up.add_argument("--timeout", type=float, default=180.0)
+    up.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only the end (the time it took and the KUBECONFIG line), not each step's time",
+    )
     sub.add_parser("down", help="stop everything and remove the pod network")
     sub.add_parser("status", help="print component state as JSON")
     sub.add_parser("kubeconfig", help="print the admin kubeconfig path")
@@ -56,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    quiet = args.cmd == "up" and args.quiet
+    level = logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(message)s", stream=sys.stderr)
     nodes = None
     real_nodes = None
     images = None
