@@ -4,6 +4,10 @@ Each test runs the launcher as a subprocess exactly as the pod does (the zipapp 
 ships, started by the pod's bootstrap, which checks its digest:
 `python -c <bootstrap> launcher.pyz <digest> <torchrun flags> -- <user command>`) and checks what
 the operator would see: the termination-message JSON, the exit code and the state files.
+
+The launcher runs in the user's image, with whatever torch it has (2.1 to 2.15): the tests that
+take `runtime` run twice, with the test venv's pinned torch and inside a Debian root with
+Debian's own torch 2.6 on Python 3.13 (`hack/torch-root.sh`), as an image would hold them.
 """
 
 from __future__ import annotations
@@ -31,6 +35,63 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN_DDP = ROOT / "examples" / "scripts" / "train_ddp.py"
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where the launcher runs: a python, and a wrapper that puts the command in its root."""
+
+    name: str
+    python: str
+    root: Path | None = None
+
+    def argv(self, cmd: list[str], tmp: Path) -> list[str]:
+        if self.root is None:
+            return cmd
+        # In a mount namespace of its own (nothing leaks out): proc and dev, the test's folder
+        # and the examples at the same paths inside, then chroot and the test's folder as cwd.
+        script = (
+            'set -e; r=$1; shift; mount -t proc proc "$r/proc"; mount --rbind /dev "$r/dev"; '
+            'for d in "$TEST_DIR" "$EXAMPLES"; do mkdir -p "$r$d"; mount --bind "$d" "$r$d"; '
+            'done; exec chroot "$r" /bin/sh -c \'cd "$0" && exec "$@"\' "$TEST_DIR" "$@"'
+        )
+        return [
+            "unshare", "--mount", "--propagation", "private", "env",
+            f"TEST_DIR={tmp}", f"EXAMPLES={ROOT / 'examples'}",
+            "bash", "-c", script, "torch-root", str(self.root), *cmd,
+        ]  # fmt: skip
+
+    def start(self, *args: Any, **kwargs: Any) -> Node:
+        return start(*args, runtime=self, **kwargs)
+
+    def env(self) -> dict[str, str]:
+        """The environment the launcher starts with: the image's, not this machine's."""
+        if self.root is None:
+            return dict(os.environ)
+        return {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "HOME": "/root", "LANG": "C.UTF-8"}  # fmt: skip
+
+
+VENV = Runtime("venv", sys.executable)
+
+
+@pytest.fixture(scope="module")
+def debian_torch() -> Runtime:
+    """Debian trixie's torch 2.6 on Python 3.13, made once and cached (hack/torch-root.sh)."""
+    out = subprocess.run(
+        [str(ROOT / "hack" / "torch-root.sh")], capture_output=True, text=True, timeout=900
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return Runtime("debian-torch-2.6", "/usr/bin/python3", Path(out.stdout.strip()))
+
+
+@pytest.fixture(params=["venv", "debian-torch-2.6"])
+def runtime(request: pytest.FixtureRequest) -> Runtime:
+    if request.param == "venv":
+        return VENV
+    r: Runtime = request.getfixturevalue("debian_torch")
+    return r
+
 
 WORKER = textwrap.dedent(
     """
@@ -99,6 +160,7 @@ def start(
     endpoint: str | None = None,
     env: dict[str, str] | None = None,
     prefix: list[str] | None = None,
+    runtime: Runtime = VENV,
 ) -> Node:
     state_dir, term, log = tmp / f"{name}-state", tmp / f"{name}-term", tmp / f"{name}.log"
     args = [
@@ -120,7 +182,7 @@ def start(
         "0.2",
     ]
     full_env = {
-        **os.environ,
+        **runtime.env(),
         "TORCHRUN_OPERATOR_STATE_DIR": str(state_dir),
         "TORCHRUN_OPERATOR_TERMINATION_LOG": str(term),
         "TORCHRUN_OPERATOR_DNS_TIMEOUT": "10",
@@ -134,7 +196,7 @@ def start(
     if not launcher.exists():
         launcher.write_bytes(packaged_launcher())
     bootstrap = [
-        sys.executable,
+        runtime.python,
         "-c",
         LAUNCHER_BOOTSTRAP,
         str(launcher),
@@ -142,7 +204,7 @@ def start(
     ]
     fp = log.open("w")
     proc = subprocess.Popen(
-        [*(prefix or []), *bootstrap, *args, "--", *cmd],
+        [*(prefix or []), *runtime.argv([*bootstrap, *args, "--", *cmd], tmp)],
         cwd=tmp,
         env=full_env,
         stdout=fp,
@@ -160,8 +222,8 @@ def worker(tmp_path: Path) -> list[str]:
     return ["python", str(script)]
 
 
-def test_single_node_success(tmp_path: Path, worker: list[str]) -> None:
-    node = start(tmp_path, "n0", [*worker, "--lr", "0.1"], port=free_port())
+def test_single_node_success(tmp_path: Path, worker: list[str], runtime: Runtime) -> None:
+    node = runtime.start(tmp_path, "n0", [*worker, "--lr", "0.1"], port=free_port())
     assert node.wait() == 0, node.output()
     assert node.summary() == {
         "v": 1,
@@ -181,11 +243,11 @@ def test_single_node_success(tmp_path: Path, worker: list[str]) -> None:
     assert "[launcher] training succeeded" in out
 
 
-def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str]) -> None:
+def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str], runtime: Runtime) -> None:
     port = free_port()
     env = {"MODE": "raise", "FAIL_RANK": "3"}
     nodes = [
-        start(tmp_path, f"n{i}", worker, nnodes=2, port=port, is_host=(i == 0), env=env)
+        runtime.start(tmp_path, f"n{i}", worker, nnodes=2, port=port, is_host=(i == 0), env=env)
         for i in (0, 1)
     ]
     codes = [n.wait() for n in nodes]
@@ -209,8 +271,12 @@ def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str]) -> None:
     assert other["failures"] or closed, other
 
 
-def test_sigkilled_worker_is_a_signal_failure(tmp_path: Path, worker: list[str]) -> None:
-    node = start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "kill", "FAIL_RANK": "1"})
+def test_sigkilled_worker_is_a_signal_failure(
+    tmp_path: Path, worker: list[str], runtime: Runtime
+) -> None:
+    node = runtime.start(
+        tmp_path, "n0", worker, port=free_port(), env={"MODE": "kill", "FAIL_RANK": "1"}
+    )
     assert node.wait() == 1, node.output()
     s = node.summary()
     assert s["state"] == "Failed", s
@@ -220,8 +286,8 @@ def test_sigkilled_worker_is_a_signal_failure(tmp_path: Path, worker: list[str])
     assert all(f["kind"] != "exception" for f in s["failures"])
 
 
-def test_huge_error_message_still_fits(tmp_path: Path, worker: list[str]) -> None:
-    node = start(tmp_path, "n0", worker, nproc=1, port=free_port(), env={"MODE": "big"})
+def test_huge_error_message_still_fits(tmp_path: Path, worker: list[str], runtime: Runtime) -> None:
+    node = runtime.start(tmp_path, "n0", worker, nproc=1, port=free_port(), env={"MODE": "big"})
     assert node.wait() == 1, node.output()
     s = node.summary()  # parses, and is <= 4096 bytes
     (f,) = s["failures"]
@@ -230,8 +296,8 @@ def test_huge_error_message_still_fits(tmp_path: Path, worker: list[str]) -> Non
     assert f["error"].endswith("THE END")
 
 
-def test_non_python_command_is_execed(tmp_path: Path) -> None:
-    node = start(
+def test_non_python_command_is_execed(tmp_path: Path, runtime: Runtime) -> None:
+    node = runtime.start(
         tmp_path, "n0", ["sh", "-c", "echo hello from $RANK; exit 3"], nproc=1, port=free_port()
     )
     assert node.wait() == 3, node.output()
@@ -240,7 +306,7 @@ def test_non_python_command_is_execed(tmp_path: Path) -> None:
     assert "hello from 0" in node.output()
 
 
-def test_argparse_exit_is_reported_with_its_stderr(tmp_path: Path) -> None:
+def test_argparse_exit_is_reported_with_its_stderr(tmp_path: Path, runtime: Runtime) -> None:
     # A launch-era script run without its --local_rank: argparse prints why and exits 2,
     # recording no error. The report quotes that stderr; the pod log still shows it as it came.
     script = tmp_path / "launch_era.py"
@@ -256,7 +322,7 @@ def test_argparse_exit_is_reported_with_its_stderr(tmp_path: Path) -> None:
             """
         )
     )
-    node = start(tmp_path, "n0", ["python", str(script)], nproc=1, port=free_port())
+    node = runtime.start(tmp_path, "n0", ["python", str(script)], nproc=1, port=free_port())
     assert node.wait() == 2, node.output()
     s = node.summary()
     assert s["state"] == "Failed" and len(s["failures"]) == 1, s
@@ -301,9 +367,9 @@ def test_dns_timeout(tmp_path: Path, worker: list[str]) -> None:
     assert not (node.state_dir / "ready").exists()
 
 
-def test_rendezvous_never_completes(tmp_path: Path, worker: list[str]) -> None:
+def test_rendezvous_never_completes(tmp_path: Path, worker: list[str], runtime: Runtime) -> None:
     t0 = time.monotonic()
-    node = start(tmp_path, "n0", worker, nnodes=2, port=free_port(), join_timeout=8)
+    node = runtime.start(tmp_path, "n0", worker, nnodes=2, port=free_port(), join_timeout=8)
     assert node.wait() == 1, node.output()
     s = node.summary()
     assert s["state"] == "RendezvousTimeout", s
@@ -313,8 +379,10 @@ def test_rendezvous_never_completes(tmp_path: Path, worker: list[str]) -> None:
     assert not (node.state_dir / "ready").exists()
 
 
-def test_sigterm_stops_training_promptly(tmp_path: Path, worker: list[str]) -> None:
-    node = start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "sleep"})
+def test_sigterm_stops_training_promptly(
+    tmp_path: Path, worker: list[str], runtime: Runtime
+) -> None:
+    node = runtime.start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "sleep"})
     deadline = time.monotonic() + 60
     while not (node.state_dir / "ready").exists():
         assert node.proc.poll() is None, node.output()
@@ -335,9 +403,9 @@ def _checksum(out: str) -> str:
     return f"{m.group(1)}@{m.group(2)}"
 
 
-def test_example_script_resume_is_deterministic(tmp_path: Path) -> None:
+def test_example_script_resume_is_deterministic(tmp_path: Path, runtime: Runtime) -> None:
     def train(name: str, ckpt: Path, *extra: str) -> Node:
-        node = start(
+        node = runtime.start(
             tmp_path,
             name,
             [

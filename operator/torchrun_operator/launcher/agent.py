@@ -44,6 +44,7 @@ from .stacks import comm_stacks, dump_own_stacks, on_comm_failure
 from .state import rank_info, state_dir
 from .status_server import LIVE
 from .stderr import LOGS_DIR, read_stderr_tail, stderr_capture_flags, stderr_log_path
+from .storecompat import choose_store_backend
 
 _summary_lock = threading.Lock()
 _summary_written = threading.Event()
@@ -369,6 +370,7 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
     if args.master_port is None:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
+    choose_store_backend(os.environ)
     entrypoint = sys.executable
     entry_args = worker_entry_args(cmd)
     log(
