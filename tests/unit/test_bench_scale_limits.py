@@ -186,7 +186,8 @@ def test_a_results_file_from_before_the_two_settings_renders_as_one_table() -> N
     assert report.by_setting(data) == [("", data["results"])]
     section = readme.readme_section(data)
     assert readme.LEGACY_TITLE in section and limits.TITLES[limits.RAISED] not in section
-    assert "two client-limit settings" not in section.split("How it runs")[0]
+    tables = section.split("How it runs")[0]
+    assert "two client-limit settings" not in tables
     assert _row(section, "apply -> all pods created (s)")[1:] == [
         "2.00", "4.00", "2.00x", "8.00", "4.00x", "1.50",
     ]  # fmt: skip
