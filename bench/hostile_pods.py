@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from localkube.testing import create_namespace
 from torchrun_operator.api.names import API_VERSION, GROUP, PLURAL, VERSION
 from torchrun_operator.api.status_names import ConditionType
 from torchrun_operator.kube.statusread import READ_TIMEOUT_SECONDS
@@ -47,8 +48,8 @@ from torchrun_operator.reconcile.podinput import MAX_ANSWER_BYTES
 from bench import progress_cost
 from bench.progress_cost import PODS, Measured, PodId, Stub, StubServer, rss_mib, well_formed
 from bench.scale.figures import percentile
-from bench.scale.harness import Recorder, create_namespace, create_raw, parallel, wait
-from bench.scale.harness import proc_cpu_seconds as cpu_seconds
+from bench.scale.harness import Recorder, create_raw, parallel, wait
+from bench.scale.operators import proc_cpu_seconds as cpu_seconds
 from bench.scale.run import Bench, machine
 from bench.scale.workloads import OURS, OURS_JOB_LABEL, Workload, ours_job
 

@@ -44,18 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from localkube.testing import create_namespace
 from torchrun_operator.api import names
 from torchrun_operator.api.names import API_VERSION, GROUP, PLURAL, VERSION
 
-from bench.scale.harness import (
-    Ours,
-    create_namespace,
-    create_raw,
-    parallel,
-    proc_cpu_seconds,
-    raw,
-    wait,
-)
+from bench.scale.harness import create_raw, parallel, raw, wait
+from bench.scale.operators import Ours, proc_cpu_seconds
 from bench.scale.run import Bench
 from bench.scale.workloads import OURS, Workload, ours_job
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +54,8 @@ def total(parts: Iterable[Requests]) -> Requests:
     return out
 
 
-def count(lines: Iterable[str], user: str, start: float, end: float) -> Requests:
-    """Requests `user` sent (received by the apiserver) in [start, end]."""
-    out = Requests()
+def _events(lines: Iterable[str], user: str, start: float, end: float) -> Iterator[dict[str, Any]]:
+    """The audit events of `user`'s requests received in [start, end]."""
     for line in lines:
         if user not in line:
             continue
@@ -69,11 +68,45 @@ def count(lines: Iterable[str], user: str, start: float, end: float) -> Requests
         t = timefmt.seconds(ev.get("requestReceivedTimestamp"))
         if t is None or not start <= t <= end:
             continue
-        ref = ev.get("objectRef") or {}
-        resource = str(ref.get("resource", ""))
-        if ref.get("subresource"):
-            resource += "/" + str(ref["subresource"])
-        out.total += 1
-        out.by_verb[str(ev.get("verb"))] += 1
-        out.by_resource[resource] += 1
+        yield ev
+
+
+def _add(out: Requests, ev: dict[str, Any]) -> None:
+    ref = ev.get("objectRef") or {}
+    resource = str(ref.get("resource", ""))
+    if ref.get("subresource"):
+        resource += "/" + str(ref["subresource"])
+    out.total += 1
+    out.by_verb[str(ev.get("verb"))] += 1
+    out.by_resource[resource] += 1
+
+
+def count(lines: Iterable[str], user: str, start: float, end: float) -> Requests:
+    """Requests `user` sent (received by the apiserver) in [start, end]."""
+    out = Requests()
+    for ev in _events(lines, user, start, end):
+        _add(out, ev)
+    return out
+
+
+# What kube-controller-manager names its Job controller's client: ClientOrDie("job-controller").
+JOB_CONTROLLER = "job-controller"
+
+
+def agent_name(user_agent: str) -> str:
+    """The client's name that client-go's AddUserAgent appends to its default user agent
+    (`kube-controller-manager/v1.37.2 (linux/amd64) kubernetes/1a2b3c4/job-controller` ->
+    `job-controller`): how kube-controller-manager, one user for all its controllers when
+    --use-service-account-credentials=false, names each controller's client. "" if none."""
+    _, sep, rest = user_agent.partition(") kubernetes/")
+    return rest.partition("/")[2] if sep else ""
+
+
+def count_by_agent(
+    lines: Iterable[str], user: str, start: float, end: float
+) -> dict[str, Requests]:
+    """`user`'s requests in [start, end] by the client name in their user agent."""
+    out: dict[str, Requests] = {}
+    for ev in _events(lines, user, start, end):
+        _add(out.setdefault(agent_name(str(ev.get("userAgent") or "")), Requests()), ev)
     return out

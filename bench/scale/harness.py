@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -18,12 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from localkube import gomod, procs
+from localkube import procs
 from localkube.controlplane import Cluster
-from localkube.testing import create_namespace, wait_for
+from localkube.testing import wait_for
 
 from . import audit
 from .figures import JobObs, PodObs, job_obs, jobset_obs, pod_obs
@@ -32,10 +28,6 @@ from .workloads import GPUS_PER_NODE, KUBEFLOW, OURS, TRAINER
 REPO = Path(__file__).resolve().parents[2]
 STAGES = REPO / "bench" / "kwok" / "stages.yaml"
 OUR_CRD = REPO / "crds" / "torchrun.dev_distributedtrainingjobs.yaml"
-KUBEFLOW_MODULE = "github.com/kubeflow/training-operator"
-KUBEFLOW_VERSION = os.environ.get("TRAINING_OPERATOR_VERSION", "v1.9.3")
-KUBEFLOW_NS = "kubeflow"
-KUBEFLOW_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in its pkg/cert
 FAKE_NODE = "kwok.x-k8s.io/node"
 USERS = {OURS: "bench-torchrun-operator", KUBEFLOW: "bench-training-operator"}
 # Trainer v2 + JobSet: two processes, each with its own user; the kind's requests are both's.
@@ -43,10 +35,8 @@ TRAINER_USER = "bench-trainer-controller-manager"
 JOBSET_USER = "bench-jobset-controller"
 OPERATOR_USERS = {**{k: [u] for k, u in USERS.items()}, TRAINER: [TRAINER_USER, JOBSET_USER]}
 DIRECT_USER = "bench-direct-client"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-# py-spy's sampling rate (Hz) for --profile: enough samples in a one-minute run, and light
-# enough (it reads the process's memory from outside) not to slow the operator it measures.
-PROFILE_RATE = 97
+# kube-controller-manager (all its controllers; audit.agent_name tells them apart).
+KCM_USER = "bench-kube-controller-manager"
 
 
 class BenchError(RuntimeError):
@@ -54,16 +44,45 @@ class BenchError(RuntimeError):
 
 
 class BenchCluster(Cluster):
-    """A localkube cluster whose apiserver writes an audit log of the benchmark's users."""
+    """A localkube cluster whose apiserver writes an audit log of the benchmark's users, and
+    whose kube-controller-manager runs as a user of its own (KCM_USER, so the audit log can
+    count its requests: localkube's runs as the admin, as the benchmark's own client does)
+    with extra flags that set_controller_manager_flags can change between runs."""
 
     audit_flags: list[str] = []
+    controller_manager_flags: list[str] = []
+    _controller_manager_argv: list[str] = []
 
     def _launch(
         self, component: str, argv: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         if component == "kube-apiserver":
             argv = [*argv, *self.audit_flags]
+        if component == "kube-controller-manager":
+            self._controller_manager_argv = argv
+            own = self.mint_kubeconfig(KCM_USER, ["system:masters"])
+            # The last of a repeated flag wins: these override localkube's.
+            argv = [*argv, f"--kubeconfig={own}", *self.controller_manager_flags]
         return super()._launch(component, argv, env)
+
+    def set_controller_manager_flags(self, flags: list[str], timeout: float = 60) -> bool:
+        """Restarts kube-controller-manager with `flags` unless it runs with them already;
+        True if it did. Its controllers list everything again when it starts, so a run begins
+        only once it answers /healthz (and the caller lets its informers settle)."""
+        if list(flags) == self.controller_manager_flags:
+            return False
+        component = "kube-controller-manager"
+        procs.stop(self._read_pids()[component], grace=10)
+        self.controller_manager_flags = list(flags)
+        proc = self._launch(component, self._controller_manager_argv)
+        url = f"https://127.0.0.1:{self.ports.controller_manager}/healthz"
+        ctx = procs.insecure_context()
+        procs.wait_until(component, lambda: procs.http_ok(url, ctx), proc, self._log(component),
+                         timeout)  # fmt: skip
+        return True
+
+    def controller_manager_pid(self) -> int:
+        return self._read_pids()["kube-controller-manager"]
 
 
 def api_client(kubeconfig: Path, pool: int = 32) -> client.ApiClient:
@@ -180,14 +199,6 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any]) -> None:
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
     wait(f"CRD {name} established", established, 60)
-
-
-def kubeflow_module_dir() -> Path:
-    """The training-operator module in the Go module cache (cluster/build.sh put it there)."""
-    try:
-        return gomod.module_dir(KUBEFLOW_MODULE, KUBEFLOW_VERSION)
-    except RuntimeError as e:
-        raise BenchError(str(e)) from e
 
 
 def clean_namespace(api: client.ApiClient, ns: str, kinds: list[tuple[str, str]]) -> None:
@@ -336,233 +347,6 @@ class Recorder:
                 resp.shutdown() if hasattr(resp, "shutdown") else resp.close()
 
 
-# ---- operators --------------------------------------------------------------------------------
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def proc_peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-class OperatorProc:
-    """One operator process, started fresh for every run."""
-
-    kind = ""
-    # --profile: a folder for py-spy's collapsed stacks, one file per run (Python only). Class
-    # defaults, so that kinds made of several processes (TrainerJobSet) have them too.
-    profile_dir: Path | None = None
-    profile_label = ""
-    _spy: subprocess.Popen[bytes] | None = None
-    name = ""  # the log's name, if not the kind's
-
-    def __init__(self, cluster: Cluster, workdir: Path, bin_dir: Path) -> None:
-        self.cluster, self.workdir, self.bin_dir = cluster, workdir, bin_dir
-        self.kubeconfig = cluster.mint_kubeconfig(self.user, ["system:masters"])
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-        self.cpu0 = 0.0
-
-    @property
-    def user(self) -> str:
-        return USERS[self.kind]
-
-    @property
-    def users(self) -> list[str]:
-        """Whose API requests are this operator's (audit log users)."""
-        return [self.user]
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / f"{self.name or self.kind}-{self.runs}.log"
-
-    def argv(self) -> list[str]:
-        raise NotImplementedError
-
-    def env(self) -> dict[str, str]:
-        return dict(os.environ, KUBECONFIG=str(self.kubeconfig))
-
-    def ready(self) -> bool:
-        raise NotImplementedError
-
-    def start(self) -> None:
-        self.runs += 1
-        self.proc = procs.start(self.argv(), self.log_path, env=self.env(), die_with_parent=True)
-
-        def up() -> bool:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise BenchError(
-                    f"{self.kind} exited ({self.proc.returncode}):\n"
-                    + procs.log_tail(self.log_path)
-                )
-            return self.ready()
-
-        wait(f"{self.kind} ready", up, 120)
-        time.sleep(1.0)  # its informers list and settle
-        self.cpu0 = proc_cpu_seconds(self.proc.pid)
-        if self.profile_dir is not None:
-            out = self.profile_dir / f"{self.profile_label}.txt"
-            self._spy = start_profiler(self.proc.pid, out)
-
-    def stop_profiler(self) -> None:
-        """Ends the run's profile: py-spy writes its file when interrupted."""
-        if self._spy is not None and self._spy.poll() is None:
-            self._spy.send_signal(2)
-            try:
-                self._spy.wait(30)
-            except subprocess.TimeoutExpired:
-                self._spy.kill()
-        self._spy = None
-
-    def usage(self) -> tuple[float, float]:
-        """CPU seconds since start() returned, and peak RSS (MiB) of the whole process life."""
-        assert self.proc is not None
-        return proc_cpu_seconds(self.proc.pid) - self.cpu0, proc_peak_rss_mib(self.proc.pid)
-
-    def stop(self) -> None:
-        self.stop_profiler()
-        if self.proc is not None and self.proc.poll() is None:
-            procs.stop(self.proc.pid, grace=10)
-            self.proc.wait()
-
-
-def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy attached to `pid`, writing collapsed stacks (one line per stack and its sample
-    count) to `out` when it stops. `--gil`: only the thread holding the GIL is sampled, so
-    the samples are where the interpreter's CPU goes, not threads blocked in I/O or waits."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(spy).exists():
-        raise BenchError("--profile needs py-spy (pip install py-spy)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    argv = [spy, "record", "--pid", str(pid), "--rate", str(PROFILE_RATE), "--format", "raw",
-            "--gil", "--threads", "--output", str(out)]  # fmt: skip
-    with open(f"{out}.log", "wb") as log:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-
-
-class Ours(OperatorProc):
-    kind = OURS
-
-    def __init__(self, cluster: Cluster, workdir: Path, bin_dir: Path, workers: int) -> None:
-        super().__init__(cluster, workdir, bin_dir)
-        self.workers = workers
-        self.port = 0
-
-    def argv(self) -> list[str]:
-        self.port = procs.free_port()
-        return [
-            sys.executable, "-m", "torchrun_operator.main", "--all-namespaces",
-            "--liveness-port", "0", "--metrics-port", str(self.port),
-            "--workers", str(self.workers),
-        ]  # fmt: skip
-
-    def env(self) -> dict[str, str]:
-        env = super().env()
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
-        return env
-
-    def ready(self) -> bool:
-        return procs.http_ok(f"http://127.0.0.1:{self.port}/metrics")
-
-
-class Kubeflow(OperatorProc):
-    """training-operator v1 as a local process: PyTorchJob only, gang scheduling off (no
-    --gang-scheduler-name), its defaults otherwise (1 controller thread, 20 QPS, burst 30),
-    as its own manifests deploy it. Its webhook certificates live in a Secret that a kubelet
-    would mount into /tmp/k8s-webhook-server/serving-certs; here the benchmark copies it."""
-
-    kind = KUBEFLOW
-
-    @staticmethod
-    def version() -> str:
-        return KUBEFLOW_VERSION
-
-    def argv(self) -> list[str]:
-        return [
-            str(self.bin_dir / f"training-operator-{KUBEFLOW_VERSION}"),
-            "--enable-scheme=pytorchjob",
-            f"--metrics-bind-address=127.0.0.1:{procs.free_port()}",
-            f"--health-probe-bind-address=127.0.0.1:{procs.free_port()}",
-            f"--webhook-server-port={procs.free_port()}",
-            "--zap-log-level=info",
-        ]
-
-    def env(self) -> dict[str, str]:
-        return dict(super().env(), MY_POD_NAMESPACE=KUBEFLOW_NS)
-
-    @staticmethod
-    def install(api: client.ApiClient) -> None:
-        crd_file = kubeflow_module_dir() / "manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
-        apply_crd(api, yaml.safe_load(crd_file.read_text()))
-        create_namespace(api, KUBEFLOW_NS)
-        core = client.CoreV1Api(api)
-        try:
-            core.create_namespaced_secret(
-                KUBEFLOW_NS,
-                client.V1Secret(
-                    metadata=client.V1ObjectMeta(name="training-operator-webhook-cert")
-                ),
-            )
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        # No webhooks in it: nothing calls the operator's webhook server (validation off),
-        # but its certificate rotator waits to inject the CA into this object.
-        vwc = {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "validator.training-operator.kubeflow.org"},
-        }
-        try:
-            create_raw(api, "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-                       vwc)  # fmt: skip
-        except ApiException as e:
-            if e.status != 409:
-                raise
-
-    def start(self) -> None:
-        api = api_client(self.cluster.kubeconfig, pool=2)
-        core = client.CoreV1Api(api)
-        stop = threading.Event()
-
-        def mount() -> None:  # the kubelet's job: the Secret's files into the cert dir
-            while not stop.is_set():
-                data = core.read_namespaced_secret(
-                    "training-operator-webhook-cert", KUBEFLOW_NS
-                ).data
-                if data and "tls.crt" in data and "tls.key" in data:
-                    import base64
-
-                    KUBEFLOW_CERT_DIR.mkdir(parents=True, exist_ok=True)
-                    for key in ("tls.crt", "tls.key"):
-                        (KUBEFLOW_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
-                    return
-                time.sleep(0.2)
-
-        t = threading.Thread(target=mount, daemon=True)
-        t.start()
-        try:
-            super().start()
-        finally:
-            stop.set()
-            api.close()
-
-    def ready(self) -> bool:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return False
-        return any(
-            "Starting workers" in line and "pytorchjob" in line for line in text.splitlines()
-        )
-
-
 # ---- audit log --------------------------------------------------------------------------------
 
 
@@ -584,6 +368,14 @@ class AuditLog:
                 f.seek(offset)
                 out[user] = audit.count(f, user, start, end)
         return out
+
+    def by_agent(
+        self, user: str, start: float, end: float, offset: int
+    ) -> dict[str, audit.Requests]:
+        """`user`'s requests by client name (call after count(), which waits for the flush)."""
+        with self.path.open() as f:
+            f.seek(offset)
+            return audit.count_by_agent(f, user, start, end)
 
 
 def http_get(url: str) -> str:

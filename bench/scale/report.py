@@ -16,7 +16,19 @@ FIGURES: list[tuple[str, str, str]] = [
     ("status_lag_p95_s", "pod change -> job status, p95", "s"),
     ("status_lag_max_s", "pod change -> job status, max", "s"),
     ("api_requests_per_job", "API requests per job", ""),
+    (
+        "job_controller_requests_per_job",
+        "kube-controller-manager's Job controller: API requests per job",
+        "",
+    ),
+    ("requests_with_job_controller_per_job", "API requests per job, operator + Job controller", ""),
+    (
+        "kcm_requests_per_job",
+        "kube-controller-manager, all its controllers: API requests per job",
+        "",
+    ),
     ("cpu_s", "operator CPU", "s"),
+    ("kcm_cpu_s", "kube-controller-manager CPU, all its controllers", "s"),
     ("peak_rss_mib", "operator peak RSS", "MiB"),
     ("restart_s", "one pod fails -> every pod Running again", "s"),
     ("restart_status_noticed_s", "one pod fails -> job status says Restarting", "s"),
@@ -30,6 +42,9 @@ def value(result: dict[str, Any], key: str) -> Any:
     if key == "restart_after_decision_s":
         total, noticed = result.get("restart_s"), result.get("restart_status_noticed_s")
         return total - noticed if total is not None and noticed is not None else None
+    if key == "requests_with_job_controller_per_job":
+        own, job = result.get("api_requests_per_job"), result.get("job_controller_requests_per_job")
+        return round(own + job, 1) if own is not None and job is not None else None
     return result.get(key)
 
 
@@ -49,10 +64,14 @@ def _ratio(ours: Any, theirs: Any) -> str:
     return f"{theirs / ours:.2f}x"
 
 
-def rows(w: Workload, results: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
+def rows(
+    w: Workload, results: dict[str, dict[str, Any]], direct: dict[str, Any] | None = None
+) -> list[tuple[str, ...]]:
     """(figure, ours, training-operator, its ratio to ours, Trainer v2 + JobSet, its ratio
-    to ours, direct client)."""
-    ours, direct = results.get(OURS) or {}, results.get(DIRECT) or {}
+    to ours, direct client). The direct client's figures: `results`' own, else `direct`'s
+    (it has no limits to vary, so it runs once per workload)."""
+    ours = results.get(OURS) or {}
+    direct = results.get(DIRECT) or direct or {}
     others = [results.get(k) or {} for k in (KUBEFLOW, TRAINER)]
     out = []
     for key, label, unit in FIGURES:
@@ -73,7 +92,9 @@ TRAINER_LABEL = "Trainer v2 + JobSet"
 HEADER = ("figure", OURS, KUBEFLOW, "ratio", TRAINER_LABEL, "ratio", "direct client (no operator)")
 
 
-def markdown_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
+def markdown_table(
+    w: Workload, results: dict[str, dict[str, Any]], direct: dict[str, Any] | None = None
+) -> str:
     lines = [
         f"**{w.name}**: {w.jobs} job(s) x {w.nodes} node(s) = {w.pods} pods, "
         f"each Running {w.run_seconds}s",
@@ -81,14 +102,21 @@ def markdown_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
         "| " + " | ".join(HEADER) + " |",
         "| " + " | ".join(["---"] + ["---:"] * (len(HEADER) - 1)) + " |",
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(w, results)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(w, results, direct)]
     return "\n".join(lines)
 
 
-def text_table(w: Workload, results: dict[str, dict[str, Any]]) -> str:
-    table = [HEADER, *rows(w, results)]
+def text_table(
+    w: Workload,
+    results: dict[str, dict[str, Any]],
+    direct: dict[str, Any] | None = None,
+    setting: str = "",
+) -> str:
+    table = [HEADER, *rows(w, results, direct)]
     widths = [max(len(r[i]) for r in table) for i in range(len(HEADER))]
-    head = f"== {w.name}: {w.jobs} x {w.nodes} = {w.pods} pods"
+    head = f"== {w.name}: {w.jobs} x {w.nodes} = {w.pods} pods" + (
+        f", {setting}" if setting else ""
+    )
     body = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)) for r in table]
     return "\n".join([head, *body])
 
@@ -104,3 +132,23 @@ def replace_section(readme: str, section: str) -> str:
         head, rest = readme.split(BEGIN, 1)
         return head + block + rest.split(END, 1)[1]
     return readme.rstrip() + "\n\n" + block + "\n"
+
+
+def by_setting(data: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """A results file's tables as [(setting, {workload: {kind: figures}})], in the order they
+    ran; a file from before the runs at two limit settings (no `meta.limits`) as one table
+    of setting ""."""
+    meta = data.get("meta") or {}
+    results = data.get("results") or {}
+    if "limits" not in meta:
+        return [("", results)]
+    return [(s, results.get(s) or {}) for s in meta["limits"]]
+
+
+def direct_of(tables: list[tuple[str, dict[str, dict[str, Any]]]], workload: str) -> dict[str, Any]:
+    """The direct client's figures for `workload`, from whichever setting ran it (one)."""
+    for _, results in tables:
+        got = (results.get(workload) or {}).get(DIRECT)
+        if got:
+            return dict(got)
+    return {}

@@ -1,6 +1,8 @@
 """Runs the workloads: for each, the direct client, our operator, training-operator and
 Trainer v2 + JobSet, one at a time on the same cluster, each in a fresh namespace that is
-emptied afterwards; then the scaling series (the operators only, on the same machinery)."""
+emptied afterwards, every operator at both client-limit settings (limits.py: the anchors'
+defaults, then limits raised to ours); then the scaling series (the operators only, at the
+raised setting, on the same machinery)."""
 
 from __future__ import annotations
 
@@ -21,32 +23,30 @@ from typing import Any
 import yaml
 from kubernetes import client
 from localkube import procs
-from localkube.testing import pick_base
+from localkube.testing import create_namespace, pick_base
 from torchrun_operator.api.names import API_VERSION, PLURAL
 
-from . import audit, figures, report, series
+from . import audit, figures, limits, readme, series
 from .harness import (
     DIRECT_USER,
+    KCM_USER,
     OPERATOR_USERS,
     REPO,
     AuditLog,
     BenchCluster,
     BenchError,
-    Kubeflow,
-    OperatorProc,
-    Ours,
     Recorder,
     api_client,
     apply_crd,
     clean_namespace,
-    create_namespace,
     create_nodes,
     create_raw,
     kwok_argv,
     parallel,
     wait,
 )
-from .trainer import JOBSET_VERSION, TRAINER_VERSION, TrainerJobSet
+from .operators import Kubeflow, OperatorProc, Ours, proc_cpu_seconds
+from .trainer import TrainerJobSet
 from .workloads import (
     DIRECT,
     FAIL_EXIT_CODE,
@@ -105,13 +105,23 @@ class Bench:
         logs.mkdir(parents=True, exist_ok=True)
         policy = workdir / "audit-policy.yaml"
         users = [u for us in OPERATOR_USERS.values() for u in us]
-        policy.write_text(yaml.safe_dump(audit.policy([*users, DIRECT_USER])))
+        policy.write_text(yaml.safe_dump(audit.policy([*users, DIRECT_USER, KCM_USER])))
         self.audit = AuditLog(logs / "audit.log")
         BenchCluster.audit_flags = audit.apiserver_flags(str(policy), str(self.audit.path))
         self.workers = workers
         self.kwok: Any = None
         self.api: Any = None
         self.ops: dict[str, OperatorProc] = {}
+
+    def use_limits(self, setting: str) -> None:
+        """The client limits of `setting` for the runs that follow: the operators' flags
+        for their next start, and kube-controller-manager's (restarted if they change)."""
+        for kind, op in self.ops.items():
+            op.extra_args = limits.flags(kind, setting, self.workers)
+        kcm = limits.controller_manager_flags(setting, self.workers)
+        if self.cluster.set_controller_manager_flags(kcm):
+            time.sleep(5.0)  # its informers list everything again and settle
+            self.log(f"kube-controller-manager restarted with {kcm or 'its defaults'}")
 
     def up(self, nodes: int) -> None:
         t = time.monotonic()
@@ -182,6 +192,8 @@ class Bench:
         offset = self.audit.offset()
         names = w.job_names()
         timeout = 240 + 3 * w.run_seconds
+        kcm_pid = self.cluster.controller_manager_pid()
+        kcm_cpu0 = proc_cpu_seconds(kcm_pid)
         t0 = time.time()
         if kind == DIRECT:
             pods = [direct_pod(w, j, i) for j in names for i in range(w.nodes)]
@@ -223,6 +235,7 @@ class Bench:
             raise BenchError(f"{kind} did not bring {ns} to its final state: {e}\n"
                              f"{self._job_summary(rec, names)}") from None  # fmt: skip
         t_end = time.time()
+        kcm_cpu = proc_cpu_seconds(kcm_pid) - kcm_cpu0
         out: dict[str, Any] = {}
         if op is not None:
             cpu, rss = op.usage()
@@ -242,6 +255,7 @@ class Bench:
             )
             if len(by_user) > 1:
                 out["api_requests_by_user"] = {u: r.total for u, r in by_user.items()}
+            out.update(self._controller_manager(len(names), kcm_cpu, t0, t_end, offset))
         rec.stop()
         out["watch_relists"] = rec.relists
         if rec.errors:
@@ -258,6 +272,23 @@ class Bench:
         clean_namespace(self.api, ns, kinds)
         out["wall_s"] = round(time.time() - t0, 1)
         return out
+
+    def _controller_manager(
+        self, jobs: int, cpu: float, t0: float, t_end: float, offset: int
+    ) -> dict[str, Any]:
+        """kube-controller-manager's share of a run: its whole CPU (one process for every
+        controller), its requests, and its Job controller's (by user agent)."""
+        by_agent = self.audit.by_agent(KCM_USER, t0, t_end, offset)
+        every = audit.total(by_agent.values())
+        job = by_agent.get(audit.JOB_CONTROLLER) or audit.Requests()
+        return {
+            "kcm_cpu_s": round(cpu, 2),
+            "kcm_requests_per_job": round(every.total / jobs, 1),
+            "kcm_requests_by_controller": {a or "(unnamed)": r.total
+                                           for a, r in sorted(by_agent.items())},
+            "job_controller_requests_per_job": round(job.total / jobs, 1),
+            "job_controller_requests_by_verb": dict(job.by_verb),
+        }  # fmt: skip
 
     def _fail_one(self, ns: str, rec: Recorder, job: str) -> str:
         """Fails the job's second pod (by name: a worker, never rank 0 / the master) with exit
@@ -304,140 +335,8 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}"
 
 
-HOW = f"""\
-How it runs (`bench/scale`, `make bench`; `make bench-smoke` is the CI-sized version):
-
-- One localkube control plane (etcd, kube-apiserver, controller-manager, scheduler; no process
-  node) and [KWOK](https://kwok.sigs.k8s.io) v0.7.0 faking one Node per pod, each with
-  `nvidia.com/gpu: 8`; every pod asks for 8 GPUs, so one pod per node as users run them.
-  `bench/kwok/stages.yaml`: a bound pod turns Running and Ready at once, Succeeded (exit 0)
-  after its `bench.torchrun.dev/run-seconds`, Failed when the benchmark annotates it with
-  `bench.torchrun.dev/fail-exit-code`; a deleted pod goes at once.
-- Our operator: `python -m torchrun_operator.main --all-namespaces` (16 workers, the default).
-  Kubeflow training-operator v1.9.3, built by `cluster/build.sh all` from its Go module, as a
-  local process with its own defaults (PyTorchJob only, 1 controller thread, client QPS 20 /
-  burst 30, gang scheduling off). Equivalent jobs: a DistributedTrainingJob of N nodes; a
-  PyTorchJob of 1 Master + N-1 Workers, `restartPolicy: ExitCode`. Each runs alone, started
-  fresh, in a namespace of its own that is emptied before the next run.
-- Kubeflow Trainer {TRAINER_VERSION} and JobSet {JOBSET_VERSION} (the JobSet that Trainer's
-  go.mod requires and its manifests install), built by `cluster/build.sh all` from their Go
-  modules, as two local processes started and stopped together, each with its release's
-  configuration but for what a host process needs: servers on 127.0.0.1, no leader election,
-  no certificate management, logging at info. Trainer: client QPS 50 / burst 100, one
-  TrainJob worker (its configuration asks for 5, which controller-runtime does not apply to
-  a controller without a `For` type, as Trainer's is: its log says `worker count: 1`);
-  JobSet: QPS 500 / burst 500, one JobSet worker and one pod worker. Their webhooks (TrainJob
-  and JobSet defaulting and validation, JobSet's pod webhooks) are served, not left out: they
-  are on every job's path in a real installation (the apiserver calls JobSet for each of its
-  pods), and neither binary can turn its webhook server off. Their certificate management
-  (a Secret for a Service, mounted by a kubelet) cannot work for host processes, so it is
-  off, and they serve a certificate from the cluster's CA, the webhook configurations calling
-  127.0.0.1, as localkube does for Kueue. CRDs, webhooks, configurations and the runtime are
-  read from the Go module cache. Equivalent job:
-  a TrainJob on the `torch-distributed` ClusterTrainingRuntime of Trainer's manifests,
-  `numNodes` N, the same image, command and GPU limit, the KWOK annotation through
-  `runtimePatches`. The runtime gets a restart policy it lacks: `backoffLimit: 0` on its
-  `node` Job and `failurePolicy.maxRestarts: 3` on the JobSet, so a failed pod fails its Job
-  and JobSet recreates the whole gang. Trainer makes one JobSet, JobSet one indexed Job of N
-  pods and a headless Service; **the pods are created and tracked by Kubernetes' Job
-  controller (in kube-controller-manager), whose CPU and API requests are not counted** for
-  Trainer + JobSet; ours and training-operator create and watch their pods themselves. The
-  Job controller's client has kube-controller-manager's default rate limit (QPS 20 / burst
-  30), as in a default cluster; on the larger workloads it is throttled (`client-side
-  throttling` in its log), which paces Trainer's pod creation and its jobs' status.
-- Times come from the benchmark's own watches on pods and jobs (its clock on arrival).
-  "Job status" lag: the k-th pod of a job to start (or finish) is reflected once the job's
-  status counts k started (finished) pods: our `status.nodes`, training-operator's
-  `replicaStatuses`. Trainer's TrainJob counts child Jobs, not pods: `status.jobsStatus`
-  (which Trainer copies from its JobSet's `replicatedJobsStatus`) says per replicated job how
-  many Jobs are `ready` (ready + succeeded pods >= the Job's parallelism), `succeeded` and
-  `failed`; with one Job of N pods, only the last pod to start (reflected once `ready`,
-  `succeeded` or `failed` is 1) and the last pod to finish (`succeeded` or `failed` is 1) are
-  samples. A TrainJob is Running when each replicated job has a ready or succeeded Job,
-  Succeeded at its `Complete` condition; it says Restarting when its JobSet's
-  `status.restarts` is above 0. API requests: the apiserver's audit log (metadata, one event
-  per request) counted by the operator's user (Trainer's and JobSet's users summed), from the
-  first create to the last job finished. CPU and peak RSS: `/proc/<pid>` of the operator
-  process (utime+stime over the run, VmHWM); for Trainer + JobSet both processes' summed (the
-  sum of two peaks: an upper bound of their peak together).
-- Gang restart (512-node job): once the job says Running, one worker pod is failed with exit
-  code 137. Ours deletes and recreates all 512 pods (a new rendezvous), after waiting 10 s
-  for other nodes' reports (`SETTLE_SECONDS`: a pod failing on its own, while the others keep
-  running, is what KWOK shows; with real torchrun the others exit within seconds and the wait
-  ends early); no back-off (`backoffSeconds: 0`). training-operator replaces only the failed
-  pod, so the other 511 keep a rendezvous that real torchrun would have torn down. Trainer +
-  JobSet: the Job fails, JobSet deletes it (foreground: its pods first) and creates it anew,
-  whose 512 pods the Job controller creates.
-- training-operator marks a PyTorchJob Succeeded when its Master succeeds, so "last pod
-  finished -> job Succeeded" can be negative for it (workers still running).
-- Scaling series (`python -m bench.scale --series`; `make bench` runs it after the tables):
-  one job of 64, 128, 256 and 512 pods, and 100, 250 and 500 one-pod jobs, each pod Running
-  15 s, the operators only, each run as above (fresh operator, own namespace); the figures per
-  pod are the run's operator CPU and API requests divided by its pods.
-"""
-
-CHART = Path(__file__).resolve().parent / "scaling.png"
-KIND_LABELS = {
-    OURS: "torchrun-operator",
-    KUBEFLOW: "training-operator v1.9.3",
-    TRAINER: f"Trainer {TRAINER_VERSION} + JobSet {JOBSET_VERSION}",
-}
-
-
-def series_section(data: dict[str, Any], chart: str) -> list[str]:
-    meta = data["series_meta"]
-    loads = [Workload(**w) for w in meta["workloads"]]
-    return [
-        "### Scaling: operator CPU and API requests per pod",
-        "",
-        f"Measured {meta['date']} on {meta['machine']} ({meta['total_s'] / 60:.0f} min). "
-        "Solid: one job of N pods; dashed: N jobs of one pod.",
-        "",
-        f"![operator CPU-seconds and API requests per pod against N]({chart})",
-        "",
-        series.markdown_table(data["series"], loads, KIND_LABELS),
-        "",
-    ]
-
-
-def readme_section(data: dict[str, Any], chart: str = "scale/scaling.png") -> str:
-    """The README's generated section from a results file: the tables, the series, HOW."""
-    parts = [
-        "## Control-plane scale (KWOK), side by side with Kubeflow training-operator and "
-        "Trainer v2 + JobSet",
-        "",
-    ]
-    meta = data.get("meta")
-    if meta:
-        parts += [
-            f"Measured {meta['date']} on {meta['machine']}, `make bench` "
-            f"({meta['total_s'] / 60:.0f} minutes in all). Ratio = the other operator / ours: "
-            "above 1, ours is lower (better) on that line. The direct client creates the same "
-            "pods with no operator (16 threads): the machine's limit for creating and starting "
-            "pods.",
-            "",
-        ]
-        for w in (Workload(**x) for x in meta["workloads"]):
-            parts += [report.markdown_table(w, data["results"][w.name]), ""]
-    if data.get("series_meta"):
-        parts += series_section(data, chart)
-    parts += [HOW]
-    notes = (meta or {}).get("notes") or []
-    if notes:
-        parts += ["Notes from this run:", "", *[f"- {n}" for n in notes], ""]
-    return "\n".join(parts)
-
-
-def write_series_chart(data: dict[str, Any], path: Path = CHART) -> None:
-    meta = data["series_meta"]
-    loads = [Workload(**w) for w in meta["workloads"]]
-    title = f"bench/scale series, {meta['date']}, {meta['machine'].split(' (')[0]}"
-    series.write_chart(path, series.points(data["series"], loads), KIND_LABELS, title)
-
-
-def update_readme(readme: Path, data: dict[str, Any]) -> None:
-    text = readme.read_text() if readme.exists() else "# Benchmarks\n"
-    readme.write_text(report.replace_section(text, readme_section(data)))
+# The scaling series runs at one setting: ours at its defaults, the anchors raised to match.
+SERIES_LIMITS = limits.RAISED
 
 
 def run_workloads(
@@ -466,15 +365,14 @@ def run_workloads(
         raise BenchError("\n".join(failures))
 
 
-def render(results_json: Path, readme: Path | None) -> int:
+def render(results_json: Path, readme_path: Path | None) -> int:
     data = json.loads(results_json.read_text())
     if data.get("meta"):
-        for w in (Workload(**x) for x in data["meta"]["workloads"]):
-            print(report.text_table(w, data["results"][w.name]))
-    if readme:
+        print("\n".join(readme.tables_section(data, text=True)))
+    if readme_path:
         if data.get("series_meta"):
-            write_series_chart(data)
-        update_readme(readme, data)
+            readme.write_series_chart(data)
+        readme.update_readme(readme_path, data)
     return 0
 
 
@@ -496,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "--readme",
         type=Path,
         help="update this README's scale section (and, with "
-        f"the series, {CHART.relative_to(REPO)})",
+        f"the series, {readme.CHART.relative_to(REPO)})",
     )
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     p.add_argument("--render", type=Path, help="run nothing: rebuild --readme from this JSON")
@@ -523,7 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     log(f"work directory {workdir}")
     started = time.time()
-    results: dict[str, dict[str, Any]] = {}
+    runs = limits.plan(workloads, kinds, limits.SMOKE_RAISED if args.smoke else None)
+    results: dict[str, dict[str, dict[str, Any]]] = {s: {} for s, _, _ in runs}
     series_results: dict[str, dict[str, Any]] = {}
     series_s = 0.0
     bench = Bench(workdir, kinds, args.workers, log)
@@ -533,11 +432,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile is not None and OURS in bench.ops:
             bench.ops[OURS].profile_dir = args.profile.resolve()
         errors = []
-        try:
-            run_workloads(bench, workloads, kinds, results, log)
-        except BenchError as e:
-            errors.append(str(e))  # the series still runs; the benchmark fails at the end
+        for setting, loads, run_kinds in runs if workloads else []:
+            log(f"limits: {setting}")
+            bench.use_limits(setting)
+            try:
+                run_workloads(bench, loads, run_kinds, results[setting], log)
+            except BenchError as e:
+                errors.append(str(e))  # the rest still runs; the benchmark fails at the end
         t = time.time()
+        if series_loads:
+            bench.use_limits(SERIES_LIMITS)
         try:
             run_workloads(bench, series_loads, series_kinds, series_results, log)
         except BenchError as e:
@@ -549,8 +453,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.down()
     total = time.time() - started
-    for w in workloads:
-        print(report.text_table(w, results.get(w.name) or {}), flush=True)
     data: dict[str, Any] = {}
     if args.json and args.json.exists() and not (workloads and series_loads):
         data = json.loads(args.json.read_text())  # keep the part this run did not redo
@@ -559,8 +461,10 @@ def main(argv: list[str] | None = None) -> int:
         data["meta"] = {
             "date": when, "machine": where, "total_s": total, "kinds": kinds,
             "workloads": [w.__dict__ for w in workloads],
+            "limits": {s: limits.describe(s, args.workers) for s in results},
         }  # fmt: skip
         data["results"] = results
+        print("\n".join(readme.tables_section(data, text=True)), flush=True)
     if series_loads:
         pts = series.points(series_results, series_loads)
         for kind, shapes in pts.items():
@@ -570,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                 ), flush=True)  # fmt: skip
         data["series_meta"] = {
             "date": when, "machine": where, "total_s": series_s, "kinds": series_kinds,
-            "workloads": [w.__dict__ for w in series_loads],
+            "workloads": [w.__dict__ for w in series_loads], "limits": SERIES_LIMITS,
         }  # fmt: skip
         data["series"] = series_results
     if args.json:
@@ -581,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.readme:
         if series_loads:
-            write_series_chart(data)
-        update_readme(args.readme, data)
+            readme.write_series_chart(data)
+        readme.update_readme(args.readme, data)
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     log(f"done in {total:.0f}s")

@@ -44,12 +44,12 @@ from .harness import (
     JOBSET_USER,
     TRAINER_USER,
     BenchError,
-    OperatorProc,
     apply_crd,
     create_raw,
     raw,
     wait,
 )
+from .operators import OperatorProc
 from .workloads import TRAINER, TRAINER_RUNTIME, Workload, trainer_job
 
 TRAINER_MODULE = "github.com/kubeflow/trainer/v2"

@@ -1,7 +1,9 @@
 """The control-plane benchmark (bench/scale) end to end on tiny workloads: its own localkube
 cluster with KWOK fake GPU nodes, our operator, Kubeflow's training-operator, Kubeflow Trainer
-v2 + JobSet and the direct client. Every job must reach Succeeded (the benchmark exits non-zero
-otherwise) and the table must hold every figure for every workload."""
+v2 + JobSet and the direct client, at the anchors' default client limits (every workload) and
+at limits raised to ours (the smallest workload only: limits.SMOKE_RAISED, which keeps the smoke
+near its cost with one setting). Every job must reach Succeeded (the benchmark exits non-zero
+otherwise) and the tables must hold every figure for every workload they ran."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from bench.scale import report  # noqa: E402
+from bench.scale import limits, report  # noqa: E402
 from bench.scale.workloads import DIRECT, KUBEFLOW, OPERATORS, OURS, SMOKE, TRAINER  # noqa: E402
 
 pytestmark = pytest.mark.localkube
@@ -31,7 +33,26 @@ def test_bench_scale_smoke(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=480,
     )  # fmt: skip
     assert proc.returncode == 0, f"benchmark failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    results = json.loads(out.read_text())["results"]
+    data = json.loads(out.read_text())
+    assert list(data["meta"]["limits"]) == [limits.DEFAULTS, limits.RAISED]
+    assert list(data["results"][limits.RAISED]) == sorted(limits.SMOKE_RAISED)
+    for setting in limits.SETTINGS:
+        assert limits.TITLES[setting] in proc.stdout
+        for name, got in data["results"][setting].items():
+            w = next(x for x in SMOKE if x.name == name)
+            for kind in OPERATORS:
+                assert got[kind]["jobs_succeeded"] == w.jobs, (setting, kind, name, got[kind])
+                assert got[kind]["kcm_cpu_s"] is not None, (setting, kind, name)
+            # Trainer's pods are created by the Job controller, counted by its user agent in
+            # the audit log: at least one create per pod; ours and training-operator make no
+            # Jobs, so the Job controller sends nothing for them.
+            trainer = got[TRAINER]
+            assert trainer["job_controller_requests_by_verb"].get("create", 0) >= w.nodes, (
+                setting, name, trainer.get("kcm_requests_by_controller"),
+            )  # fmt: skip
+            assert got[OURS]["job_controller_requests_per_job"] == 0
+            assert got[KUBEFLOW]["job_controller_requests_per_job"] == 0
+    results = data["results"][limits.DEFAULTS]
     for w in SMOKE:
         got = results[w.name]
         for kind in OPERATORS:
