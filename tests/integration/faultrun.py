@@ -436,6 +436,10 @@ class Campaign:
         apiserver: Apiserver | None = None,
         kinds: frozenset[str] = frozenset(),
     ) -> None:
+        # Only these fault kinds are scheduled (all when empty).
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}: {sorted(KINDS)}")
         self.kubeconfig = kubeconfig
         self.api = resilient_client(kubeconfig)
         self.workdir = workdir
@@ -445,10 +449,6 @@ class Campaign:
         self.plant = plant
         # The apiserver, when this campaign may stop or restart it (its own cluster).
         self.apiserver = apiserver
-        # Only these fault kinds are scheduled (all when empty).
-        unknown = set(kinds) - set(KINDS)
-        if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}: {sorted(KINDS)}")
         self.kinds = kinds
         self.reference: dict[str, dict[str, Any]] = {}
         self.tally: dict[str, Tally] = {s.name: Tally() for s in self.scenarios}
