@@ -277,7 +277,7 @@ class PodMonitor:
             try:
                 for event in self._watch.stream(
                     self.core.list_namespaced_pod, self.ns, resource_version=rv,
-                    timeout_seconds=900, _request_timeout=(10, None),
+                    timeout_seconds=900,
                 ):  # fmt: skip
                     raw = event["raw_object"]  # an ERROR event (410) raises: broke
                     self.events.append(inv.PodEvent.of(event["type"], raw))
@@ -410,18 +410,36 @@ class Apiserver:
         self._do(act)
 
     def restart(self, down_for: float) -> None:
-        self._do(lambda: self.cluster.restart_component("kube-apiserver", down_for, 120))
+        def act() -> None:
+            self.cluster.restart_component("kube-apiserver", down_for, 120)
+            # Ready is not yet serving: until the CRDs' paths are installed it answers 503.
+            custom = client.CustomObjectsApi(resilient_client(self.cluster.kubeconfig))
+            wait_for("our API served", lambda: _serves(custom), 120, interval=0.5)
+
+        self._do(act)
+
+
+def _serves(custom: client.CustomObjectsApi) -> bool:
+    try:
+        custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+    except ApiException as e:
+        if e.status == 503:
+            return False
+        raise
+    return True
 
 
 def resilient_client(kubeconfig: Path) -> client.ApiClient:
     """The campaign's own client: a request the apiserver refused because it was down (a
-    restart fault of any run) is tried again for about a minute, and so is a read whose
-    connection broke; other writes are not (they may have landed)."""
+    restart fault of any run) is tried again for about a minute, and so are a read whose
+    connection broke and one answered 503 (a restarted apiserver installing its paths);
+    other writes are not (they may have landed: see create_retrying)."""
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.retries = urllib3.Retry(
-        total=None, connect=40, read=3, status=0, other=0, backoff_factor=0.5, backoff_max=2
-    )
+        total=None, connect=40, read=3, status=30, other=0, backoff_factor=0.5, backoff_max=2,
+        status_forcelist={503}, raise_on_status=False,
+    )  # fmt: skip
     return client.ApiClient(cfg)
 
 
@@ -493,7 +511,7 @@ class Campaign:
     def namespace(self, index: int) -> Iterator[str]:
         # Not from the seeded generator: campaigns on one cluster must not share names.
         ns = f"faults-{index}-{secrets.token_hex(3)}"
-        create_namespace(self.api, ns)
+        create_retrying(lambda: create_namespace(self.api, ns))
         core = client.CoreV1Api(self.api)
         try:
             yield ns
@@ -585,7 +603,8 @@ class Campaign:
                     reap(standby)
                     standby = start(ns, faults=False, elect=True)
 
-            create_job(self.api, ns, scenario.doc(name))
+            doc = scenario.doc(name)
+            create_retrying(lambda: create_job(self.api, ns, doc))
             driver = _Driver(scenario, self.api, ns, name)
             pauser = _Pauser(self.apiserver, outages)
             done: dict[str, Any] | None = None
@@ -792,6 +811,27 @@ class Campaign:
             line("**invariant violations**", lambda t: len(t.violations)),
         ]
         return "\n".join(rows)
+
+
+def create_retrying(create: Callable[[], object]) -> None:
+    """A create through an apiserver that another run may be restarting: a 503 (not
+    processed) is tried again; a 409 after a create whose answer was lost is ours."""
+    deadline = time.monotonic() + 120
+    lost = False
+    while True:
+        try:
+            create()
+            return
+        except ApiException as e:
+            if e.status == 409 and lost:
+                return
+            if e.status != 503 or time.monotonic() > deadline:
+                raise
+        except urllib3.exceptions.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            lost = True
+        time.sleep(1)
 
 
 def _mean(xs: list[float]) -> float:
