@@ -1,5 +1,6 @@
-"""The fault campaign's schedule (tests/integration/faultrun.py): a function of the seed, of
-the kinds asked for only, and split brain aimed at the leader's Lease renewals."""
+"""The fault campaign's pure parts (tests/integration/faultrun.py): its schedule (a function
+of the seed, of the kinds asked for only, split brain aimed at the leader's Lease renewals)
+and the pod monitor's relist after an apiserver restart."""
 
 from __future__ import annotations
 
@@ -54,3 +55,16 @@ def test_split_brain_fails_the_lease_renewals_and_outages_need_our_own_apiserver
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fault kinds"):
         faultrun.Campaign(Path("/nonexistent"), Path("/tmp"), 1, kinds=frozenset({"5OO"}))
+
+
+def pod(uid: str, rv: str, created: str) -> dict[str, Any]:
+    meta = {"uid": uid, "name": f"p-{uid}", "resourceVersion": rv, "creationTimestamp": created}
+    return {"metadata": meta}
+
+
+def test_a_relist_after_a_restart_records_what_changed_gone_first() -> None:
+    live = {"a": pod("a", "1", "t1"), "b": pod("b", "2", "t1"), "c": pod("c", "3", "t1")}
+    items = [pod("e", "9", "t3"), pod("b", "2", "t1"), pod("c", "7", "t1"), pod("d", "8", "t2")]
+    got = [(t, p["metadata"]["uid"]) for t, p in faultrun.relist_events(live, items)]
+    assert got == [("DELETED", "a"), ("ADDED", "d"), ("ADDED", "e"), ("MODIFIED", "c")]
+    assert faultrun.relist_events({}, []) == []
