@@ -271,7 +271,7 @@ class PodMonitor:
             self._stream()
         except Exception as e:  # noqa: BLE001 - stop() closes the stream under us
             if not self._stopping:
-                self.broke.append(f"pod monitor broke: {e!r}")
+                self.broke.append(f"pod monitor broke: {e!r} {e}"[:500])
 
     def _record(self, type_: str, raw: dict[str, Any]) -> None:
         self.events.append(inv.PodEvent.of(type_, raw))
@@ -519,6 +519,8 @@ class Campaign:
         self.tally: dict[str, Tally] = {s.name: Tally() for s in self.scenarios}
         self._n = 0
         self._lock = threading.Lock()  # runs in parallel threads: _n and the tally
+        # Set when the campaign ends early (an error, ^C): the runs in flight stop too.
+        self._abort = threading.Event()
 
     def schedule(self, scenario: Scenario, count: int) -> list[tuple[str, dict[str, Any]]]:
         """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL; of
@@ -653,10 +655,12 @@ class Campaign:
             doc = scenario.doc(name)
             create_retrying(lambda: create_job(self.api, ns, doc))
             driver = _Driver(scenario, self.api, ns, name)
-            pauser = _Pauser(self.apiserver, outages)
+            pauser = _Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
             while time.monotonic() < deadline:
+                if self._abort.is_set():
+                    raise RuntimeError("the campaign was stopped")
                 tend()
                 job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 if (job.get("status") or {}).get("phase") in FINISHED and not driver.busy():
@@ -803,7 +807,7 @@ class Campaign:
         turn = 0
         stopped = False
         running: dict[Future[Run], Scenario] = {}
-        with ThreadPoolExecutor(parallel) as pool:
+        with ThreadPoolExecutor(parallel) as pool, _aborting(self._abort):
             while True:
                 while (
                     not stopped
@@ -909,6 +913,17 @@ class _Driver:
 
 
 @contextmanager
+def _aborting(abort: threading.Event) -> Iterator[None]:
+    """An error or ^C in the campaign's thread stops the runs in flight (the pool waits for
+    them as it closes)."""
+    try:
+        yield
+    except BaseException:
+        abort.set()
+        raise
+
+
+@contextmanager
 def _stopping(operators: list[Operator]) -> Iterator[None]:
     """However a run ends (an error, ^C), none of its operators outlives it."""
     try:
@@ -924,10 +939,16 @@ class _Pauser:
     started again). Others' runs wait meanwhile (one at a time, Apiserver); a fault that
     could not be carried out is the run's violation."""
 
-    def __init__(self, apiserver: Apiserver | None, outages: list[tuple[str, dict[str, Any]]]):
+    def __init__(
+        self,
+        apiserver: Apiserver | None,
+        outages: list[tuple[str, dict[str, Any]]],
+        abort: threading.Event,
+    ) -> None:
         self.fired: Counter[str] = Counter()
         self.unfired = Counter(kind for kind, _ in outages)
         self.errors: list[str] = []
+        self._abort = abort
         self._thread: threading.Thread | None = None
         if apiserver is not None and outages:
             self._thread = threading.Thread(target=self._go, args=(apiserver, outages), daemon=True)
@@ -935,7 +956,8 @@ class _Pauser:
 
     def _go(self, apiserver: Apiserver, outages: list[tuple[str, dict[str, Any]]]) -> None:
         for kind, o in outages:
-            time.sleep(o["after"])
+            if self._abort.wait(o["after"]):
+                return  # the campaign stopped: its cluster may be gone
             try:
                 if o["apiserver"] == "pause":
                     apiserver.pause(o["seconds"])
