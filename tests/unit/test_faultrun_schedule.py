@@ -20,7 +20,7 @@ def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = T
     c = object.__new__(faultrun.Campaign)
     c.rng = random.Random(seed)
     c.kinds = kinds
-    c.apiserver = object() if apiserver else None
+    c.apiserver = object.__new__(faultrun.Apiserver) if apiserver else None  # not started
     return c
 
 
