@@ -858,9 +858,15 @@ class Campaign:
             line("scheduled, not fired", lambda t: sum(t.unfired.values())),
             line("operator kills survived", lambda t: t.kills),
             line("runs", lambda t: t.runs),
-            line("wall time per run, mean (s)", lambda t: round(_mean(t.seconds))),
             line("**invariant violations**", lambda t: len(t.violations)),
         ]
+        every = [x for n in names for x in self.tally[n].seconds]
+        cells = [round(_mean(self.tally[n].seconds)) for n in names]
+        rows.append(
+            "| wall time per run, mean (s) | "
+            + " | ".join(map(str, cells))
+            + f" | {round(_mean(every))} |"
+        )
         return "\n".join(rows)
 
 
