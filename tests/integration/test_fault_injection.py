@@ -4,9 +4,9 @@ It starts its own local cluster: the campaign runs its own operators (with fault
 and restarted), which must not share jobs with the suite's operator. Two quick scenarios (a
 success and a gang restart), two runs at once, and a seed whose first two runs schedule,
 among the 12 faults of a few reliable kinds, a split brain and a real apiserver restart:
-at least 8 faults fired, one of the two new kinds among them. MEASURED on the 2-core
-development machine. That the campaign can fail at all is proven by
-test_campaign_plants.py.
+at least 8 faults fired, one of the two new kinds among them. 3 min 27 s on the 2-core
+development machine (load 2 to 3, another campaign beside it), cluster start included. That
+the campaign can fail at all is proven by test_campaign_plants.py.
 """
 
 from __future__ import annotations
