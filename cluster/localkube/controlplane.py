@@ -8,6 +8,7 @@ Everything one cluster owns lives under its directory:
     DIR/kubeconfigs/       minted kubeconfigs (users, service accounts)
     DIR/logs/<component>.log
     DIR/pids.json          {component: pid}; down() stops only these
+    DIR/argv.json          {component: argv} as last started (restart_component)
     DIR/state.json         name, base, ports, bin dir, nodes
     DIR/node/              the process node's state (pods, their logs)
     DIR/realnodes/<name>/  a real node's containerd, kubelet and CNI files (localkube.realnode)
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -508,7 +510,43 @@ class Cluster:
             f.write(f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(argv)}\n")
         proc = procs.start(argv, logf, env=env, cwd=self.dir, die_with_parent=self.die_with_parent)
         self._record_pid(component, proc.pid)
+        if env is None:  # a component started with our environment can be started again
+            argvs = self._read_json(self._argv_file)
+            argvs[component] = argv
+            self._argv_file.write_text(json.dumps(argvs, indent=1))
         return proc
+
+    @property
+    def _argv_file(self) -> Path:
+        return self.dir / "argv.json"
+
+    def restart_component(
+        self, component: str, down_for: float = 0.0, timeout: float = 60.0
+    ) -> int:
+        """SIGKILLs one control-plane component (no grace: its connections break, as in a
+        crash), keeps it down `down_for` seconds, starts it again with the argv it was started
+        with and returns its new pid once it answers its health check. With
+        `die_with_parent`, the new process dies with the calling thread: call this from a
+        thread that outlives the cluster's use."""
+        url = ready_url(component, self.server, self.ports)
+        pid = self._read_pids().get(component)
+        argv = self._read_json(self._argv_file).get(component)
+        if pid is None or not isinstance(argv, list) or not self._owned(pid, str(self.dir)):
+            raise RuntimeError(f"{component} of the cluster in {self.dir} is not running")
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)  # our child when this process started it
+            if not procs.pid_alive(pid):
+                break
+            time.sleep(0.05)
+        time.sleep(down_for)
+        proc = self._launch(component, [str(a) for a in argv])
+        ctx = self._admin_ssl() if component == "kube-apiserver" else procs.insecure_context()
+        procs.wait_until(
+            component, lambda: procs.http_ok(url, ctx), proc, self._log(component), timeout
+        )
+        return proc.pid
 
     def down(self) -> None:
         """Stops the recorded processes (SIGTERM, then SIGKILL), removes the bridge and this
@@ -682,6 +720,21 @@ class Cluster:
             namespace=namespace,
         )
         return write_kubeconfig(self.layout.kubeconfigs / f"sa-{namespace}-{sa}.kubeconfig", config)
+
+
+def ready_url(component: str, server: str, ports: Ports) -> str:
+    """Where a restartable control-plane component says it is ready (as `_start` waits for
+    it); ValueError for any other component (CoreDNS, nodes: restart_component does not
+    know how to start them again)."""
+    urls = {
+        "etcd": f"http://127.0.0.1:{ports.etcd_client}/health",
+        "kube-apiserver": f"{server}/readyz",
+        "kube-controller-manager": f"https://127.0.0.1:{ports.controller_manager}/healthz",
+        "kube-scheduler": f"https://127.0.0.1:{ports.scheduler}/healthz",
+    }
+    if component not in urls:
+        raise ValueError(f"cannot restart {component!r}: one of {sorted(urls)}")
+    return urls[component]
 
 
 def _exists(read: Any) -> bool:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import random
 import secrets
 import shutil
@@ -51,6 +52,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +64,7 @@ REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / "cluster")]
 
 import campaign_invariants as inv  # noqa: E402
+import urllib3  # noqa: E402
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job, quick_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
@@ -83,7 +86,12 @@ TARGETS: dict[str, tuple[str, str]] = {
     "job-delete": ("DELETE", r"/distributedtrainingjobs/[^/?]+$"),
     "pod-watch": ("GET", r"/pods" + WATCH),
     "job-watch": ("GET", r"/distributedtrainingjobs" + WATCH),
+    # The elected leader's renewals of its Lease (kube/leader.py replaces it: a PUT).
+    "lease": ("PUT", r"/leases/[^/?]+$"),
 }
+# The Lease the replicas of a split-brain run elect their leader on (the operator's default
+# --leader-election-id), in the run's namespace.
+LEASE = "torchrun-operator"
 # The fault kinds (the rows of the table) and the seam's rules for them.
 KINDS: dict[str, dict[str, Any]] = {
     "500": {"action": "status", "status": 500},
@@ -99,8 +107,15 @@ KINDS: dict[str, dict[str, Any]] = {
     "watch dropped": {"action": "lose_response", "times": 2},
     "410 Gone storm": {"action": "status", "status": 410, "times": 4},
     "503 storm": {"action": "status", "status": 503, "times": 4, "retry_after": 1},
-    # Not the seam's: the driver stops the apiserver (SIGSTOP) that long, then lets it go on.
-    "apiserver stopped 20 s": {"pause": 20.0},
+    # Two replicas elect a leader (a standby joins once the Lease is held); the leader's
+    # renewals fail for ~20 s (one every 2 s): its term ends (10 s), it fences its writes,
+    # and the standby takes over (15 s) while the deposed leader may still be creating pods.
+    "split brain": {"action": "status", "status": 500, "times": 10},
+    # Not the seam's: the driver stops the apiserver (SIGSTOP) that long, then lets it go on;
+    # or kills it (SIGKILL: connections break rather than hang) and starts it again after
+    # that long. One such fault at a time in the whole campaign (Apiserver).
+    "apiserver stopped 20 s": {"apiserver": "pause", "seconds": 20.0},
+    "apiserver restarted": {"apiserver": "restart", "seconds": 15.0},
 }
 WRITE_KINDS = [
     "500", "409", "429 + Retry-After", "connect timeout", "response lost", "slow, then lost",
@@ -117,7 +132,8 @@ KINDS_OF = {
     "job-read": READ_KINDS,
     "pod-watch": WATCH_KINDS,
     "job-watch": WATCH_KINDS,
-    "apiserver": ["apiserver stopped 20 s"],
+    "lease": ["split brain"],
+    "apiserver": ["apiserver stopped 20 s", "apiserver restarted"],
 }
 
 
@@ -221,7 +237,12 @@ BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 class PodMonitor:
-    """Records every event of the namespace's pods, from before the job exists."""
+    """Records every event of the namespace's pods, from before the job exists. A watch the
+    apiserver broke (restarted) is opened again from the last resourceVersion seen, so no
+    event is missed. A restarted apiserver's watch cache starts empty and answers that with
+    410: then the pods are listed again and the difference recorded as events
+    (relist_events); what came and went while the apiserver was down is lost to the
+    checks, which can then miss a violation but not invent one."""
 
     def __init__(self, api: client.ApiClient, ns: str) -> None:
         self.core = client.CoreV1Api(api)
@@ -232,6 +253,8 @@ class PodMonitor:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._started = threading.Event()
         self._stopping = False
+        self._live: dict[str, dict[str, Any]] = {}  # uid -> the pod as last seen
+        self.relists = 0
 
     def __enter__(self) -> PodMonitor:
         self._thread.start()
@@ -248,17 +271,68 @@ class PodMonitor:
             self._stream()
         except Exception as e:  # noqa: BLE001 - stop() closes the stream under us
             if not self._stopping:
-                self.broke.append(f"pod monitor broke: {e!r}")
+                self.broke.append(f"pod monitor broke: {e!r} {e}"[:500])
 
-    def _stream(self) -> None:
+    def _record(self, type_: str, raw: dict[str, Any]) -> None:
+        self.events.append(inv.PodEvent.of(type_, raw))
+        uid = raw["metadata"]["uid"]
+        if type_ == "DELETED":
+            self._live.pop(uid, None)
+        else:
+            self._live[uid] = raw
+
+    def _list(self) -> str:
+        """Records the pods listed as events (none but the first time, when there are no
+        pods yet) and returns the list's resourceVersion."""
         listed: Any = self.core.list_namespaced_pod(self.ns, _preload_content=False)
         body = json.loads(listed.data)
-        rv = body["metadata"]["resourceVersion"]
+        for type_, raw in relist_events(self._live, body.get("items") or []):
+            self._record(type_, raw)
+        rv: str = body["metadata"]["resourceVersion"]
+        return rv
+
+    def _stream(self) -> None:
+        rv = self._list()
         self._started.set()
-        for event in self._watch.stream(
-            self.core.list_namespaced_pod, self.ns, resource_version=rv, timeout_seconds=900
-        ):
-            self.events.append(inv.PodEvent.of(event["type"], event["raw_object"]))
+        while not self._stopping:
+            try:
+                for event in self._watch.stream(
+                    self.core.list_namespaced_pod, self.ns, resource_version=rv,
+                    timeout_seconds=900,
+                ):  # fmt: skip
+                    raw = event["raw_object"]  # an ERROR event raises ApiException
+                    self._record(event["type"], raw)
+                    rv = raw["metadata"]["resourceVersion"]
+            except ApiException as e:
+                if e.status != 410:
+                    raise
+                self.relists += 1
+                rv = self._list()
+            except (urllib3.exceptions.HTTPError, OSError):
+                if self._stopping:
+                    return
+                time.sleep(1)  # the apiserver went away: watch again from where we were
+
+
+def relist_events(
+    live: dict[str, dict[str, Any]], items: list[dict[str, Any]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The watch events that take a pod watch from the pods it knows (`live`, by uid) to
+    those listed: the ones gone are DELETED first (so no pod seems to be created beside one
+    that had already gone), then the new ones ADDED in the order of their creation, and
+    those that changed MODIFIED."""
+    listed = {p["metadata"]["uid"]: p for p in items}
+    out = [("DELETED", p) for uid, p in live.items() if uid not in listed]
+    fresh = [p for uid, p in listed.items() if uid not in live]
+    fresh.sort(key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+    out += [("ADDED", p) for p in fresh]
+    out += [
+        ("MODIFIED", p)
+        for uid, p in listed.items()
+        if uid in live
+        and p["metadata"].get("resourceVersion") != live[uid]["metadata"].get("resourceVersion")
+    ]
+    return out
 
 
 class Operator:
@@ -272,7 +346,10 @@ class Operator:
         log: Path,
         env: dict[str, str],
         rules: list[tuple[str, dict[str, Any]]],
+        elect: bool = False,
     ) -> None:
+        """`elect`: one of several replicas, electing a leader on the run's namespace's
+        Lease."""
         self.log_path = log
         self.rules = rules  # (kind, rule) as given to its fault seam
         self.fault_log = log.with_suffix(".faults")
@@ -282,7 +359,8 @@ class Operator:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "torchrun_operator.main", "--namespace", ns,
-                 "--liveness-port", "0", "--metrics-port", str(self.metrics_port)],
+                 "--liveness-port", "0", "--metrics-port", str(self.metrics_port),
+                 *(["--leader-election-namespace", ns] if elect else [])],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.killed_by_us = False
@@ -320,6 +398,7 @@ class Run:
     unfired: Counter[str]
     kills: int
     violations: list[str]
+    seconds: float = 0.0  # wall time, from the namespace's creation to the judgement
 
 
 @dataclass
@@ -329,6 +408,86 @@ class Tally:
     unfired: Counter[str] = field(default_factory=Counter)
     kills: int = 0
     violations: list[str] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # each run's wall time
+
+
+class Apiserver:
+    """The apiserver of the campaign's own cluster (a localkube Cluster), which runs stop
+    (SIGSTOP) or kill and start again. One such fault at a time in the whole campaign, each
+    carried out by one thread that lives as long as the campaign: a restarted apiserver gets
+    SIGTERM when the thread that started it ends (localkube's die_with_parent)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self._work: queue.Queue[tuple[Callable[[], None], list[BaseException], threading.Event]]
+        self._work = queue.Queue()
+        threading.Thread(target=self._serve, name="apiserver-faults", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            act, errors, done = self._work.get()
+            try:
+                act()
+            except Exception as e:  # noqa: BLE001 - handed to the run that asked
+                errors.append(e)
+            finally:
+                done.set()
+
+    def _do(self, act: Callable[[], None]) -> None:
+        errors: list[BaseException] = []
+        done = threading.Event()
+        self._work.put((act, errors, done))
+        done.wait()
+        if errors:
+            raise errors[0]
+
+    def pid(self) -> int:
+        pid: int = self.cluster.status()["components"]["kube-apiserver"]["pid"]
+        return pid
+
+    def pause(self, seconds: float) -> None:
+        def act() -> None:
+            pid = self.pid()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        self._do(act)
+
+    def restart(self, down_for: float) -> None:
+        def act() -> None:
+            self.cluster.restart_component("kube-apiserver", down_for, 120)
+            # Ready is not yet serving: until the CRDs' paths are installed it answers 503.
+            custom = client.CustomObjectsApi(resilient_client(self.cluster.kubeconfig))
+            wait_for("our API served", lambda: _serves(custom), 120, interval=0.5)
+
+        self._do(act)
+
+
+def _serves(custom: client.CustomObjectsApi) -> bool:
+    try:
+        custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+    except ApiException as e:
+        if e.status == 503:
+            return False
+        raise
+    return True
+
+
+def resilient_client(kubeconfig: Path) -> client.ApiClient:
+    """The campaign's own client: a request the apiserver refused because it was down (a
+    restart fault of any run) is tried again for about a minute, and so are a read whose
+    connection broke and one answered 503 (a restarted apiserver installing its paths);
+    other writes are not (they may have landed: see create_retrying)."""
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    cfg.retries = urllib3.Retry(
+        total=None, connect=40, read=3, status=30, other=0, backoff_factor=0.5, backoff_max=2,
+        status_forcelist={503}, raise_on_status=False,
+    )  # fmt: skip
+    return client.ApiClient(cfg)
 
 
 class Campaign:
@@ -339,48 +498,69 @@ class Campaign:
         seed: int,
         scenarios: list[Scenario] | None = None,
         plant: str | None = None,
-        apiserver_pid: int | None = None,
+        apiserver: Apiserver | None = None,
+        kinds: frozenset[str] = frozenset(),
     ) -> None:
+        # Only these fault kinds are scheduled (all when empty).
+        unknown = set(kinds) - set(KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}: {sorted(KINDS)}")
         self.kubeconfig = kubeconfig
-        self.api = config.new_client_from_config(config_file=str(kubeconfig))
+        self.api = resilient_client(kubeconfig)
         self.workdir = workdir
         self.rng = random.Random(seed)
         self.scenarios = scenarios or SCENARIOS
         # A bug planted in the operators of the runs with faults (never the reference's).
         self.plant = plant
-        # The apiserver's process, when this campaign may stop it (its own cluster).
-        self.apiserver_pid = apiserver_pid
+        # The apiserver, when this campaign may stop or restart it (its own cluster).
+        self.apiserver = apiserver
+        self.kinds = kinds
         self.reference: dict[str, dict[str, Any]] = {}
         self.tally: dict[str, Tally] = {s.name: Tally() for s in self.scenarios}
         self._n = 0
+        self._lock = threading.Lock()  # runs in parallel threads: _n and the tally
+        # Set when the campaign ends early (an error, ^C): the runs in flight stop too.
+        self._abort = threading.Event()
 
     def schedule(self, scenario: Scenario, count: int) -> list[tuple[str, dict[str, Any]]]:
-        """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL."""
+        """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL; of
+        the kinds in `self.kinds` only, when it names some."""
         targets = [t for t in TARGETS if t != "job-delete" or scenario.ttl]
-        if self.apiserver_pid is not None:
+        if self.apiserver is not None:
             targets.append("apiserver")
+
+        def kinds(target: str) -> list[str]:
+            return [k for k in KINDS_OF[target] if not self.kinds or k in self.kinds]
+
+        targets = [t for t in targets if kinds(t)]
         rules = []
-        for _ in range(count):
+        for _ in range(count if targets else 0):
             target = self.rng.choice(targets)
             if target == "apiserver":
-                kind = KINDS_OF[target][0]
+                kind = self.rng.choice(kinds(target))
                 rules.append((kind, {**KINDS[kind], "after": self.rng.uniform(1, 10)}))
                 continue
             method, path = TARGETS[target]
             if target.endswith("-watch"):
                 nth = 1  # a watch is opened again only after it broke
+            elif target == "lease":
+                nth = self.rng.randint(1, 3)  # a renewal every 2 s: from 2-6 s into the term
             else:
                 nth = self.rng.randint(1, 6 if target == "status-write" else 2)
-            kind = self.rng.choice(KINDS_OF[target])
+            kind = self.rng.choice(kinds(target))
             rules.append((kind, {"method": method, "path": path, "nth": nth, **KINDS[kind]}))
         return rules
 
+    def next_index(self) -> int:
+        with self._lock:
+            self._n += 1
+            return self._n
+
     @contextmanager
-    def namespace(self) -> Iterator[str]:
-        self._n += 1
+    def namespace(self, index: int) -> Iterator[str]:
         # Not from the seeded generator: campaigns on one cluster must not share names.
-        ns = f"faults-{self._n}-{secrets.token_hex(3)}"
-        create_namespace(self.api, ns)
+        ns = f"faults-{index}-{secrets.token_hex(3)}"
+        create_retrying(lambda: create_namespace(self.api, ns))
         core = client.CoreV1Api(self.api)
         try:
             yield ns
@@ -388,21 +568,31 @@ class Campaign:
             core.delete_namespace(ns)
 
     def run(
-        self, scenario: Scenario, rules: list[tuple[str, dict[str, Any]]], reference: bool = False
+        self,
+        scenario: Scenario,
+        rules: list[tuple[str, dict[str, Any]]],
+        reference: bool = False,
+        index: int | None = None,
     ) -> Run:
         """One run with these faults scheduled. The reference run: no faults, no plant, one
-        operator, not restarted once more."""
-        name = f"{scenario.name}-{self._n + 1}"
-        pauses = [r for _, r in rules if "pause" in r]
-        pending = [(k, r) for k, r in rules if "pause" not in r]
+        operator, not restarted once more. `index` names the run (one is taken if None)."""
+        began = time.monotonic()
+        index = self.next_index() if index is None else index
+        name = f"{scenario.name}-{index}"
+        outages = [(k, r) for k, r in rules if "apiserver" in r]
+        pending = [(k, r) for k, r in rules if "apiserver" not in r]
+        # Split brain: two replicas elect a leader, the second once the first holds the Lease
+        # (so the leader is the one with the faults); restarted, each stays what it was.
+        split = any(k == "split brain" for k, _ in rules)
         fired: Counter[str] = Counter()
         seen: list[dict[str, Any]] = []
         exits: list[tuple[int, int]] = []
         operators: list[Operator] = []
         violations: list[str] = []
         custom = client.CustomObjectsApi(self.api)
+        leases = client.CoordinationV1Api(self.api)
 
-        def start(ns: str, faults: bool) -> Operator:
+        def start(ns: str, faults: bool, elect: bool = False) -> Operator:
             tag = f"{name}-{len(operators) + 1}"
             env = {}
             if self.plant and not reference:
@@ -413,7 +603,7 @@ class Campaign:
                 body = {"log": str(log.with_suffix(".faults")), "rules": [r for _, r in pending]}
                 spec.write_text(json.dumps(body))
                 env["TORCHRUN_OPERATOR_FAULTS"] = str(spec)
-            op = Operator(self.kubeconfig, ns, log, env, list(pending) if faults else [])
+            op = Operator(self.kubeconfig, ns, log, env, list(pending) if faults else [], elect)
             operators.append(op)
             return op
 
@@ -431,24 +621,46 @@ class Campaign:
             if mine:
                 pending = [r for i, r in enumerate(mine) if i not in hit]
 
-        with self.namespace() as ns, PodMonitor(self.api, ns) as monitor, _stopping(operators):
-            op = start(ns, faults=True)
+        def lease_held(ns: str) -> bool:
+            try:
+                lease: Any = leases.read_namespaced_lease(LEASE, ns)
+                return bool(lease.spec and lease.spec.holder_identity)
+            except ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+
+        with (
+            self.namespace(index) as ns,
+            PodMonitor(self.api, ns) as monitor,
+            _stopping(operators),
+        ):
+            op = start(ns, faults=True, elect=split)
+            standby: Operator | None = None
 
             def tend() -> None:
                 """A killed operator is started again at once, until the run is judged:
                 also while the job's pods are cleaned up and its TTL is awaited (a kill
                 fault on the TTL's delete fires after the job finished)."""
-                nonlocal op
+                nonlocal op, standby
                 if op.proc.poll() is not None:
                     reap(op)
-                    op = start(ns, faults=True)
+                    op = start(ns, faults=True, elect=split)
+                if split and standby is None and lease_held(ns):
+                    standby = start(ns, faults=False, elect=True)
+                if standby is not None and standby.proc.poll() is not None:
+                    reap(standby)
+                    standby = start(ns, faults=False, elect=True)
 
-            create_job(self.api, ns, scenario.doc(name))
+            doc = scenario.doc(name)
+            create_retrying(lambda: create_job(self.api, ns, doc))
             driver = _Driver(scenario, self.api, ns, name)
-            pauser = _Pauser(self.apiserver_pid, pauses)
+            pauser = _Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
             while time.monotonic() < deadline:
+                if self._abort.is_set():
+                    raise RuntimeError("the campaign was stopped")
                 tend()
                 job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 if (job.get("status") or {}).get("phase") in FINISHED and not driver.busy():
@@ -456,14 +668,18 @@ class Campaign:
                     break
                 time.sleep(0.5)
             violations += driver.errors
-            fired.update(pauser.join())
+            outages_fired, outages_unfired, errors = pauser.join()
+            fired.update(outages_fired)
+            violations += errors
             last: dict[str, Any] = done or {}
             if done is None:
                 violations.append(f"unfinished after {JOB_TIMEOUT:.0f}s")
             else:
                 violations += self._after_end(ns, name, done, scenario, tend)
-            op.stop()
-            reap(op)
+            for o in (op, standby):
+                if o is not None:
+                    o.stop()
+                    reap(o)
             if done is not None and not scenario.ttl:  # a TTL's job is gone by now
                 if not reference:
                     # Every fault has fired or never will; one more operator, without
@@ -485,8 +701,10 @@ class Campaign:
             violations += inv.tracebacks(o.log_path.read_text(errors="replace"), o.log_path.name)
         violations += inv.unexpected_exits(exits, inv.fault_kills(seen))
         unfired = Counter(kind for kind, _ in pending)
+        unfired.update(outages_unfired)
         kills = len(inv.fault_kills(seen))
-        return Run(result, fired, unfired, kills, [f"{name}: {v}" for v in violations])
+        seconds = time.monotonic() - began
+        return Run(result, fired, unfired, kills, [f"{name}: {v}" for v in violations], seconds)
 
     def _reconciled(self, op: Operator) -> list[str]:
         """Waits for the operator's first reconcile of the run's job (its only one)."""
@@ -545,48 +763,79 @@ class Campaign:
                 return ["job outlived its TTL"]
         return []
 
-    def references(self) -> None:
-        for s in self.scenarios:
-            ref = self.run(s, [], reference=True)
-            self.reference[s.name] = ref.outcome
-            self.tally[s.name].violations += [f"reference run: {v}" for v in ref.violations]
-            print(f"reference {s.name}: {ref.outcome}", flush=True)
+    def references(self, parallel: int = 1) -> None:
+        with ThreadPoolExecutor(parallel) as pool:
+            refs = [
+                (s, pool.submit(self.run, s, [], True, self.next_index())) for s in self.scenarios
+            ]
+            for s, future in refs:
+                ref = future.result()
+                self.reference[s.name] = ref.outcome
+                self.tally[s.name].violations += [f"reference run: {v}" for v in ref.violations]
+                print(f"reference {s.name} ({ref.seconds:.0f} s): {ref.outcome}", flush=True)
 
     def judge(self, scenario: Scenario, got: Run) -> Run:
         """A run's own violations, and an outcome other than the reference's; tallied."""
         if got.outcome:
             got.violations += inv.outcome_differs(self.reference[scenario.name], got.outcome)
-        t = self.tally[scenario.name]
-        t.runs += 1
-        t.fired.update(got.fired)
-        t.unfired.update(got.unfired)
-        t.kills += got.kills
-        t.violations += got.violations
+        with self._lock:
+            t = self.tally[scenario.name]
+            t.runs += 1
+            t.fired.update(got.fired)
+            t.unfired.update(got.unfired)
+            t.kills += got.kills
+            t.violations += got.violations
+            t.seconds.append(got.seconds)
         return got
 
     def campaign(
-        self, faults_wanted: int, per_run: int, runs_wanted: int = 0, minutes: float = 0
+        self,
+        faults_wanted: int,
+        per_run: int,
+        runs_wanted: int = 0,
+        minutes: float = 0,
+        parallel: int = 1,
     ) -> bool:
         """Runs until enough faults fired in enough runs, or (`minutes` > 0) no run starts
-        after that many minutes: the tally then says how far it got."""
+        after that many minutes: the tally then says how far it got. `parallel` runs at once,
+        each in a namespace of its own with operators of its own; every run's scenario, name
+        and faults are drawn here, in order, so the schedule is the seed's whatever the
+        timing (how many runs it takes to fire enough faults is not)."""
         stop = time.monotonic() + minutes * 60 if minutes > 0 else float("inf")
-        self.references()
+        self.references(parallel)
         total = runs = 0
-        while (total < faults_wanted or runs < runs_wanted) and time.monotonic() < stop:
-            for s in self.scenarios:
-                if time.monotonic() >= stop:
-                    print(f"stopped after {minutes:g} minutes", flush=True)
+        turn = 0
+        stopped = False
+        running: dict[Future[Run], Scenario] = {}
+        with ThreadPoolExecutor(parallel) as pool, _aborting(self._abort):
+            while True:
+                while (
+                    not stopped
+                    and len(running) < parallel
+                    and (total < faults_wanted or runs + len(running) < runs_wanted)
+                ):
+                    if time.monotonic() >= stop:
+                        print(f"stopped after {minutes:g} minutes", flush=True)
+                        stopped = True
+                        break
+                    s = self.scenarios[turn % len(self.scenarios)]
+                    turn += 1
+                    rules = self.schedule(s, per_run)
+                    running[pool.submit(self.run, s, rules, False, self.next_index())] = s
+                if not running:
                     break
-                got = self.judge(s, self.run(s, self.schedule(s, per_run)))
-                total += sum(got.fired.values())
-                runs += 1
-                print(
-                    f"{s.name}: fired {dict(got.fired)}, not fired {dict(got.unfired)}, "
-                    f"{got.kills} kills, {len(got.violations)} violations {got.violations}",
-                    flush=True,
-                )
-                if total >= faults_wanted and runs >= runs_wanted:
-                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    s = running.pop(future)
+                    got = self.judge(s, future.result())
+                    total += sum(got.fired.values())
+                    runs += 1
+                    print(
+                        f"{s.name} ({got.seconds:.0f} s): fired {dict(got.fired)}, not fired "
+                        f"{dict(got.unfired)}, {got.kills} kills, {len(got.violations)} "
+                        f"violations {got.violations}",
+                        flush=True,
+                    )
         return not any(t.violations for t in self.tally.values())
 
     def table(self) -> str:
@@ -611,7 +860,39 @@ class Campaign:
             line("runs", lambda t: t.runs),
             line("**invariant violations**", lambda t: len(t.violations)),
         ]
+        every = [x for n in names for x in self.tally[n].seconds]
+        cells = [round(_mean(self.tally[n].seconds)) for n in names]
+        rows.append(
+            "| wall time per run, mean (s) | "
+            + " | ".join(map(str, cells))
+            + f" | {round(_mean(every))} |"
+        )
         return "\n".join(rows)
+
+
+def create_retrying(create: Callable[[], object]) -> None:
+    """A create through an apiserver that another run may be restarting: a 503 (not
+    processed) is tried again; a 409 after a create whose answer was lost is ours."""
+    deadline = time.monotonic() + 120
+    lost = False
+    while True:
+        try:
+            create()
+            return
+        except ApiException as e:
+            if e.status == 409 and lost:
+                return
+            if e.status != 503 or time.monotonic() > deadline:
+                raise
+        except urllib3.exceptions.HTTPError:
+            if time.monotonic() > deadline:
+                raise
+            lost = True
+        time.sleep(1)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
 
 
 class _Driver:
@@ -638,6 +919,17 @@ class _Driver:
 
 
 @contextmanager
+def _aborting(abort: threading.Event) -> Iterator[None]:
+    """An error or ^C in the campaign's thread stops the runs in flight (the pool waits for
+    them as it closes)."""
+    try:
+        yield
+    except BaseException:
+        abort.set()
+        raise
+
+
+@contextmanager
 def _stopping(operators: list[Operator]) -> Iterator[None]:
     """However a run ends (an error, ^C), none of its operators outlives it."""
     try:
@@ -648,30 +940,46 @@ def _stopping(operators: list[Operator]) -> Iterator[None]:
 
 
 class _Pauser:
-    """Stops the apiserver (SIGSTOP) for each pause in turn, `after` seconds from the
-    start (or from the end of the previous pause), and lets it go on (SIGCONT)."""
+    """The run's apiserver faults in turn, each `after` seconds from the start (or from the
+    end of the previous one): a pause (SIGSTOP, then SIGCONT) or a restart (SIGKILL, then
+    started again). Others' runs wait meanwhile (one at a time, Apiserver); a fault that
+    could not be carried out is the run's violation."""
 
-    def __init__(self, pid: int | None, pauses: list[dict[str, Any]]) -> None:
-        self.done = 0
+    def __init__(
+        self,
+        apiserver: Apiserver | None,
+        outages: list[tuple[str, dict[str, Any]]],
+        abort: threading.Event,
+    ) -> None:
+        self.fired: Counter[str] = Counter()
+        self.unfired = Counter(kind for kind, _ in outages)
+        self.errors: list[str] = []
+        self._abort = abort
         self._thread: threading.Thread | None = None
-        if pid is not None and pauses:
-            self._thread = threading.Thread(target=self._go, args=(pid, pauses), daemon=True)
+        if apiserver is not None and outages:
+            self._thread = threading.Thread(target=self._go, args=(apiserver, outages), daemon=True)
             self._thread.start()
 
-    def _go(self, pid: int, pauses: list[dict[str, Any]]) -> None:
-        for p in pauses:
-            time.sleep(p["after"])
-            os.kill(pid, signal.SIGSTOP)
+    def _go(self, apiserver: Apiserver, outages: list[tuple[str, dict[str, Any]]]) -> None:
+        for kind, o in outages:
+            if self._abort.wait(o["after"]):
+                return  # the campaign stopped: its cluster may be gone
             try:
-                time.sleep(p["pause"])
-            finally:
-                os.kill(pid, signal.SIGCONT)
-            self.done += 1
+                if o["apiserver"] == "pause":
+                    apiserver.pause(o["seconds"])
+                else:
+                    apiserver.restart(o["seconds"])
+            except Exception as e:  # noqa: BLE001 - the run's violation
+                self.errors.append(f"{kind}: {e!r}")
+                return
+            self.fired[kind] += 1
+            self.unfired[kind] -= 1
 
-    def join(self) -> Counter[str]:
+    def join(self) -> tuple[Counter[str], Counter[str], list[str]]:
+        """(fired, not fired, errors), once every fault was carried out."""
         if self._thread is not None:
             self._thread.join()
-        return Counter({"apiserver stopped 20 s": self.done} if self.done else {})
+        return self.fired, +self.unfired, self.errors
 
 
 TABLE_BEGIN = "<!-- fault-table:begin -->"
@@ -713,6 +1021,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-run", type=int, default=4, help="faults scheduled per run")
     p.add_argument("--minutes", type=float, default=0, help="start no run after this long")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--parallel", type=int, default=1, help="this many runs at once")
+    p.add_argument("--kinds", default="", help="comma-separated fault kinds: only these")
     p.add_argument("--scenarios", help="comma-separated: only these", default="")
     p.add_argument("--kubeconfig", type=Path, help="use this cluster instead of starting one")
     p.add_argument("--json", type=Path, help="write the tally here")
@@ -723,9 +1033,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with cluster_for(args.kubeconfig, workdir) as (kubeconfig, apiserver):
-            c = Campaign(kubeconfig, workdir, args.seed, scenarios, apiserver_pid=apiserver)
+            kinds = frozenset(k for k in args.kinds.split(",") if k)
+            c = Campaign(
+                kubeconfig, workdir, args.seed, scenarios, apiserver=apiserver, kinds=kinds
+            )
             try:
-                ok = c.campaign(args.faults, args.per_run, args.runs, args.minutes)
+                ok = c.campaign(
+                    args.faults, args.per_run, args.runs, args.minutes, max(args.parallel, 1)
+                )
             finally:
                 report(c, args, started)
         return 0 if ok else 1
@@ -735,32 +1050,38 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[tuple[Path, int | None]]:
-    """The cluster given, or one of our own (then also its apiserver's pid: the campaign
-    may stop it)."""
+def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[tuple[Path, Apiserver | None]]:
+    """The cluster given, or one of our own (then also its apiserver: the campaign may stop
+    or restart it)."""
     if kubeconfig is not None:
         yield kubeconfig, None
     else:
         with local_cluster(workdir) as cluster:
-            yield Path(cluster.kubeconfig), apiserver_pid(cluster)
-
-
-def apiserver_pid(cluster: Any) -> int:
-    pid: int = cluster.status()["components"]["kube-apiserver"]["pid"]
-    return pid
+            yield Path(cluster.kubeconfig), Apiserver(cluster)
 
 
 def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
     """The table and every violation, also when the campaign was cut short."""
     table = c.table()
     print(table)
+    for n, t in c.tally.items():
+        if t.seconds:
+            print(
+                f"{n}: {t.runs} runs, wall time per run {_mean(t.seconds):.0f} s mean, "
+                f"{max(t.seconds):.0f} s longest"
+            )
+    every = [x for t in c.tally.values() for x in t.seconds]
+    print(
+        f"{len(every)} runs ({args.parallel} at once) in {(time.monotonic() - started) / 60:.1f}"
+        f" minutes, {_mean(every):.0f} s per run"
+    )
     for t in c.tally.values():
         for v in t.violations:
             print("VIOLATION:", v)
     if args.json:
         tally = {
             n: {"runs": t.runs, "fired": t.fired, "unfired": t.unfired, "kills": t.kills,
-                "violations": t.violations}
+                "violations": t.violations, "seconds": t.seconds}
             for n, t in c.tally.items()
         }  # fmt: skip
         args.json.write_text(json.dumps(tally, indent=1))

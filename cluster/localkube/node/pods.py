@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -227,7 +228,11 @@ class PodWorker(threading.Thread):
             else:
                 self._step()
                 if status.phase(self._observation()) in ("Succeeded", "Failed"):
-                    self._publish()
+                    # The final status must reach the apiserver, however long it is down:
+                    # nothing else would ever end the pod in the API.
+                    while not self._publish() and not self.ctx.stop.is_set():
+                        self.wake.wait(TICK * 10)
+                        self.wake.clear()
                     return
             self._publish()
             self.wake.wait(TICK)
@@ -549,9 +554,11 @@ class PodWorker(threading.Thread):
             extra=self.extra,
         )
 
-    def _publish(self, final: bool = False) -> None:
+    def _publish(self, final: bool = False) -> bool:
+        """Sends the pod's status if it changed; False when the apiserver could not be
+        reached (restarted, down): the status stays unpublished, to be sent again."""
         if self.vanished:
-            return
+            return True
         watched = dict(self.pod.get("status") or {})
         own = set(status.OWN_CONDITIONS)
         if self.published is not None:  # our own conditions: trust what we wrote last
@@ -560,7 +567,7 @@ class PodWorker(threading.Thread):
             ] + [c for c in self.published["conditions"] if c["type"] in status.OWN_CONDITIONS]
         new = status.pod_status(watched, self._observation(final))
         if new == self.published:
-            return
+            return True
         patch = [{"op": "replace", "path": "/status", "value": new}]
         try:
             kapi.retry(
@@ -581,6 +588,11 @@ class PodWorker(threading.Thread):
                     self.pod_name,
                     e.body if hasattr(e, "body") else e,
                 )
+                return e.status is None or e.status < 500  # a 5xx: sent again
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("pod %s/%s: status not sent (%s), will retry", self.ns, self.pod_name, e)
+            return False
+        return True
 
 
 class PodManager:

@@ -1,0 +1,70 @@
+"""The fault campaign's pure parts (tests/integration/faultrun.py): its schedule (a function
+of the seed, of the kinds asked for only, split brain aimed at the leader's Lease renewals)
+and the pod monitor's relist after an apiserver restart."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import faultrun  # noqa: E402
+
+
+def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = True) -> Any:
+    """A Campaign as far as scheduling goes: no cluster needed to draw faults."""
+    c = object.__new__(faultrun.Campaign)
+    c.rng = random.Random(seed)
+    c.kinds = kinds
+    c.apiserver = object.__new__(faultrun.Apiserver) if apiserver else None  # not started
+    return c
+
+
+def draws(c: Any, runs: int = 20) -> list[list[tuple[str, dict[str, Any]]]]:
+    s = faultrun.SCENARIOS
+    return [c.schedule(s[i % len(s)], 4) for i in range(runs)]
+
+
+def test_the_schedule_is_the_seeds() -> None:
+    assert draws(campaign(5)) == draws(campaign(5))
+    assert draws(campaign(5)) != draws(campaign(6))
+
+
+def test_only_the_kinds_asked_for_are_scheduled() -> None:
+    kinds = frozenset({"split brain", "apiserver restarted"})
+    got = {k for run in draws(campaign(1, kinds), 40) for k, _ in run}
+    assert got == kinds
+
+
+def test_split_brain_fails_the_lease_renewals_and_outages_need_our_own_apiserver() -> None:
+    runs = draws(campaign(2, frozenset({"split brain"})))
+    rules = [r for run in runs for _, r in run]
+    assert rules and all(r["method"] == "PUT" and "/leases/" in r["path"] for r in rules)
+    # Longer than the leader's term (10 s) and lease (15 s), at one renewal every 2 s.
+    assert all(r["action"] == "status" and r["times"] * 2 > 15 for r in rules)
+    outages = frozenset({"apiserver restarted", "apiserver stopped 20 s"})
+    assert draws(campaign(3, outages, apiserver=False)) == [[]] * 20
+    rules = [r for run in draws(campaign(3, outages)) for _, r in run]
+    assert {r["apiserver"] for r in rules} == {"pause", "restart"}
+
+
+def test_an_unknown_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown fault kinds"):
+        faultrun.Campaign(Path("/nonexistent"), Path("/tmp"), 1, kinds=frozenset({"5OO"}))
+
+
+def pod(uid: str, rv: str, created: str) -> dict[str, Any]:
+    meta = {"uid": uid, "name": f"p-{uid}", "resourceVersion": rv, "creationTimestamp": created}
+    return {"metadata": meta}
+
+
+def test_a_relist_after_a_restart_records_what_changed_gone_first() -> None:
+    live = {"a": pod("a", "1", "t1"), "b": pod("b", "2", "t1"), "c": pod("c", "3", "t1")}
+    items = [pod("e", "9", "t3"), pod("b", "2", "t1"), pod("c", "7", "t1"), pod("d", "8", "t2")]
+    got = [(t, p["metadata"]["uid"]) for t, p in faultrun.relist_events(live, items)]
+    assert got == [("DELETED", "a"), ("ADDED", "d"), ("ADDED", "e"), ("MODIFIED", "c")]
+    assert faultrun.relist_events({}, []) == []
