@@ -62,13 +62,22 @@ REPO = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / "cluster")]
 
 import campaign_invariants as inv  # noqa: E402
-from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job, quick_job  # noqa: E402
+from campaign_scenarios import (  # noqa: E402
+    BY_NAME,
+    FINISHED,
+    KUEUE,
+    SCENARIOS,
+    SKEWED_NODES,
+    Scenario,
+    expectation_missed,
+    needs_of,
+)
+from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from localkube.procs import free_port  # noqa: E402
 from localkube.testing import create_namespace, wait_for  # noqa: E402
 
-FINISHED = ("Succeeded", "Failed")
 JOB_TIMEOUT = 240.0
 SETTLE_TIMEOUT = 90.0
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
@@ -119,105 +128,6 @@ KINDS_OF = {
     "job-watch": WATCH_KINDS,
     "apiserver": ["apiserver stopped 20 s"],
 }
-
-
-def campaign_job(name: str, nodes: int = 2) -> dict[str, Any]:
-    """quick_job with a rendezvous join timeout (180 s) that the faults of one run cannot
-    use up: two 20 s apiserver stops and a killed operator's pods created late added to an
-    8-pod job's start on the loaded 2-core machine ran past quick_job's 90 s (a
-    RendezvousTimeout of the workload's own, not of the operator)."""
-    return quick_job(name, nodes=nodes, rendezvous={"joinTimeoutSeconds": 180})
-
-
-def py(code: str) -> list[str]:
-    return ["python", "-c", code]
-
-
-@dataclass
-class Scenario:
-    name: str
-    doc: Callable[[str], dict[str, Any]]
-    # Something the driver does while the job runs (suspend and resume), or None.
-    during: Callable[[client.ApiClient, str, str], None] | None = None
-    ttl: bool = False
-    nodes: int = 2
-
-
-def _raise_on_rank_1(name: str) -> dict[str, Any]:
-    doc = campaign_job(name)
-    code = "import os\nif os.environ['RANK'] == '1':\n    raise RuntimeError('rank 1 fails')"
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    doc["spec"]["failurePolicy"] = {"maxRestarts": 2, "backoffSeconds": 1}
-    return doc
-
-
-def _retryable_once(name: str) -> dict[str, Any]:
-    """Rank 0 exits 3 (listed as retryable) in attempt 0 only: TORCHELASTIC_RUN_ID is the
-    rendezvous id, `<job uid>-<attempt>`."""
-    doc = campaign_job(name)
-    code = (
-        "import os, sys\n"
-        "first = os.environ['TORCHELASTIC_RUN_ID'].endswith('-0')\n"
-        "sys.exit(3 if first and os.environ['RANK'] == '0' else 0)"
-    )
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    doc["spec"]["failurePolicy"] = {
-        "maxRestarts": 2,
-        "backoffSeconds": 1,
-        "retryableExitCodes": [3],
-    }
-    return doc
-
-
-def _long(name: str) -> dict[str, Any]:
-    """Attempt 0 runs long enough to be suspended whatever the faults (a 6 s sleep finished
-    first once: the driver's suspend was held up by a 20 s apiserver stop, and the job
-    Succeeded unsuspended); the attempt after the resume ends at once."""
-    doc = campaign_job(name)
-    code = (
-        "import os, time\n"
-        "time.sleep(120 if os.environ['TORCHELASTIC_RUN_ID'].endswith('-0') else 1)"
-    )
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    return doc
-
-
-def _ttl(name: str) -> dict[str, Any]:
-    doc = campaign_job(name)
-    doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 3}
-    return doc
-
-
-def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
-    custom = client.CustomObjectsApi(api)
-    core = client.CoreV1Api(api)
-
-    def phase() -> str | None:
-        job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        return (job.get("status") or {}).get("phase")
-
-    wait_for("Running", lambda: phase() in ("Running", *FINISHED), 120, interval=0.3)
-    patch = {"spec": {"runPolicy": {"suspend": True}}}
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
-
-    def quiet() -> bool:
-        pods = core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
-        return phase() == "Suspended" and not pods
-
-    wait_for("Suspended with no pods", quiet, 120, interval=0.3)
-    patch = {"spec": {"runPolicy": {"suspend": False}}}
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
-
-
-SCENARIOS = [
-    Scenario("success", campaign_job),
-    Scenario("user-failure", _raise_on_rank_1),
-    Scenario("gang-restart", _retryable_once),
-    Scenario("suspend-resume", _long, during=_suspend_then_resume),
-    Scenario("ttl", _ttl, ttl=True),
-    Scenario("eight-pods", lambda name: campaign_job(name, nodes=8), nodes=8),
-]
-BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 class PodMonitor:
@@ -272,6 +182,7 @@ class Operator:
         log: Path,
         env: dict[str, str],
         rules: list[tuple[str, dict[str, Any]]],
+        args: tuple[str, ...] = (),
     ) -> None:
         self.log_path = log
         self.rules = rules  # (kind, rule) as given to its fault seam
@@ -282,7 +193,7 @@ class Operator:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "torchrun_operator.main", "--namespace", ns,
-                 "--liveness-port", "0", "--metrics-port", str(self.metrics_port)],
+                 "--liveness-port", "0", "--metrics-port", str(self.metrics_port), *args],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.killed_by_us = False
@@ -413,7 +324,8 @@ class Campaign:
                 body = {"log": str(log.with_suffix(".faults")), "rules": [r for _, r in pending]}
                 spec.write_text(json.dumps(body))
                 env["TORCHRUN_OPERATOR_FAULTS"] = str(spec)
-            op = Operator(self.kubeconfig, ns, log, env, list(pending) if faults else [])
+            rules = list(pending) if faults else []
+            op = Operator(self.kubeconfig, ns, log, env, rules, scenario.operator_args)
             operators.append(op)
             return op
 
@@ -443,6 +355,8 @@ class Campaign:
                     reap(op)
                     op = start(ns, faults=True)
 
+            if scenario.prepare is not None:
+                scenario.prepare(self.api, ns)
             create_job(self.api, ns, scenario.doc(name))
             driver = _Driver(scenario, self.api, ns, name)
             pauser = _Pauser(self.apiserver_pid, pauses)
@@ -549,7 +463,8 @@ class Campaign:
         for s in self.scenarios:
             ref = self.run(s, [], reference=True)
             self.reference[s.name] = ref.outcome
-            self.tally[s.name].violations += [f"reference run: {v}" for v in ref.violations]
+            missed = ref.violations + expectation_missed(s, ref.outcome)
+            self.tally[s.name].violations += [f"reference run: {v}" for v in missed]
             print(f"reference {s.name}: {ref.outcome}", flush=True)
 
     def judge(self, scenario: Scenario, got: Run) -> Run:
@@ -685,22 +600,40 @@ def write_table(path: Path, table: str, header: str) -> None:
 
 
 @contextmanager
-def local_cluster(workdir: Path) -> Iterator[Any]:
-    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster."""
-    from localkube.components import default_nodes
+def local_cluster(workdir: Path, needs: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster. With the
+    scenarios' `needs` (campaign_scenarios): KUEUE runs Kueue's manager (its CRDs and
+    webhooks) beside it; SKEWED_NODES adds two tainted nodes with clocks of their own (an
+    hour ahead, six hours behind). Only then: the other runs do not pay for them."""
+    from campaign_scenarios import CLOCK_LABEL, CLOCK_SKEWS, CLOCK_TAINT, EXTERNAL_FRAMEWORK
+    from localkube.components import NodeSpec, default_nodes
     from localkube.controlplane import Cluster
+    from localkube.kueue import Kueue
     from localkube.testing import pick_base, unique_cluster_name
     from operator_fixtures import install_crd
 
+    nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0)
+    if SKEWED_NODES in needs:
+        nodes += [
+            NodeSpec(f"node-{clock}", labels={CLOCK_LABEL: clock}, taints=[CLOCK_TAINT],
+                     clock_skew_seconds=skew)
+            for clock, skew in CLOCK_SKEWS.items()
+        ]  # fmt: skip
     cluster = Cluster(
         workdir / "cluster", name=unique_cluster_name("fr"), base=pick_base(),
-        nodes=default_nodes(2, cpu="8", memory="32Gi", gpus=0), die_with_parent=True,
+        nodes=nodes, die_with_parent=True,
     )  # fmt: skip
+    kueue: Kueue | None = None
     try:
         cluster.up(timeout=180)
         install_crd(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        if KUEUE in needs:
+            (workdir / "kueue").mkdir(exist_ok=True)
+            kueue = Kueue(cluster, workdir / "kueue", [EXTERNAL_FRAMEWORK]).start()
         yield cluster
     finally:
+        if kueue is not None:
+            kueue.stop()
         cluster.down()
 
 
@@ -722,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="faultrun-"))
     started = time.monotonic()
     try:
-        with cluster_for(args.kubeconfig, workdir) as (kubeconfig, apiserver):
+        with cluster_for(args.kubeconfig, workdir, scenarios) as (kubeconfig, apiserver):
             c = Campaign(kubeconfig, workdir, args.seed, scenarios, apiserver_pid=apiserver)
             try:
                 ok = c.campaign(args.faults, args.per_run, args.runs, args.minutes)
@@ -735,13 +668,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[tuple[Path, int | None]]:
-    """The cluster given, or one of our own (then also its apiserver's pid: the campaign
-    may stop it)."""
+def cluster_for(
+    kubeconfig: Path | None, workdir: Path, scenarios: list[Scenario] | None = None
+) -> Iterator[tuple[Path, int | None]]:
+    """The cluster given (it must have what the scenarios need), or one of our own with
+    what they need (then also its apiserver's pid: the campaign may stop it)."""
     if kubeconfig is not None:
         yield kubeconfig, None
     else:
-        with local_cluster(workdir) as cluster:
+        with local_cluster(workdir, needs_of(scenarios or [])) as cluster:
             yield Path(cluster.kubeconfig), apiserver_pid(cluster)
 
 
