@@ -189,17 +189,23 @@ def _elastic(name: str) -> dict[str, Any]:
 
 
 def _delete_pod_2_while_running(api: Api, ns: str, name: str) -> None:
-    """Once all three pods run (and the job does), pod 2 (not pod 0: it hosts the c10d store)
-    is deleted, as a node lost would take it."""
+    """Once all three pods rendezvoused (the job's RendezvousDone condition), pod 2 (not pod
+    0: it hosts the c10d store) is deleted, as a node lost would take it. Not sooner: a pod
+    deleted before its launcher joined leaves its place in round 0 to the replacement, no
+    round changes, and the survivors' first workers never end (seen in a reference run)."""
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
 
-    def all_running() -> bool:
-        pods = _pods(core, ns, name)
-        running = [p for p in pods if p.status.phase == "Running"]
-        return _phase(custom, ns, name) == "Running" and len(running) == 3
+    def rendezvoused() -> bool:
+        job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        conditions = (job.get("status") or {}).get("conditions") or []
+        done = any(
+            c.get("type") == "RendezvousDone" and c.get("status") == "True" for c in conditions
+        )
+        running = [p for p in _pods(core, ns, name) if p.status.phase == "Running"]
+        return done and len(running) == 3
 
-    wait_for("three pods running", all_running, 180, interval=0.3)
+    wait_for("all three pods rendezvoused", rendezvoused, 180, interval=0.3)
     core.delete_namespaced_pod(f"{name}-2", ns)
 
 
