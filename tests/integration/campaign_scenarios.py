@@ -16,6 +16,7 @@ from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, quick_job
 from kubernetes import client
 from localkube.testing import wait_for
 from torchrun_operator.api.names import KIND
+from torchrun_operator.api.status_names import ConditionType
 from torchrun_operator.render import kueue as kq
 
 FINISHED = ("Succeeded", "Failed")
@@ -87,6 +88,12 @@ def _trainer(doc: dict[str, Any]) -> dict[str, Any]:
 def _phase(custom: client.CustomObjectsApi, ns: str, name: str) -> str | None:
     job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
     return (job.get("status") or {}).get("phase")
+
+
+def _condition_true(custom: client.CustomObjectsApi, ns: str, name: str, type_: str) -> bool:
+    job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions)
 
 
 def _pods(core: client.CoreV1Api, ns: str, name: str) -> list[Any]:
@@ -197,11 +204,7 @@ def _delete_pod_2_while_running(api: Api, ns: str, name: str) -> None:
     core = client.CoreV1Api(api)
 
     def rendezvoused() -> bool:
-        job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        conditions = (job.get("status") or {}).get("conditions") or []
-        done = any(
-            c.get("type") == "RendezvousDone" and c.get("status") == "True" for c in conditions
-        )
+        done = _condition_true(custom, ns, name, ConditionType.RENDEZVOUS_DONE)
         running = [p for p in _pods(core, ns, name) if p.status.phase == "Running"]
         return done and len(running) == 3
 
@@ -429,6 +432,18 @@ while not done():
 """
 
 
+def _hostile_answers_refused(api: Api, ns: str, name: str) -> None:
+    """The run shows the operator read the hostile bodies and refused them: the job's
+    PodInputRejected condition (it stays once set, also after the job ended); without it
+    the scenario would prove nothing."""
+    custom = client.CustomObjectsApi(api)
+
+    def refused() -> bool:
+        return _condition_true(custom, ns, name, ConditionType.POD_INPUT_REJECTED)
+
+    wait_for("the PodInputRejected condition", refused, 200, interval=0.5)
+
+
 def _hostile(name: str) -> dict[str, Any]:
     doc = campaign_job(name)
     trainer = _trainer(doc)
@@ -467,7 +482,7 @@ SCENARIOS = [
         needs=frozenset({KUEUE}),
     ),
     Scenario("gang-native", _native_gang),
-    Scenario("hostile-status", _hostile),
+    Scenario("hostile-status", _hostile, during=_hostile_answers_refused),
     Scenario(
         "skewed-clocks",
         _hang_on_skewed_nodes,

@@ -1,9 +1,12 @@
 """Fault-injection campaign: real jobs under seeded random fault schedules, on the real
 local cluster (docs/reliability.md).
 
-Each scenario (a job that succeeds, one whose rank raises, an infrastructure failure healed
-by a gang restart, suspend and resume, a TTL, an 8-pod job) first runs once without faults
-and under one operator: its outcome is the reference. Then it runs again and again, each
+Each scenario (tests/integration/campaign_scenarios.py: a job that succeeds, one whose rank
+raises, an infrastructure failure healed by a gang restart, suspend and resume, a TTL, an
+8-pod job, an elastic job's lost pod replaced, a hang detected and restarted, a Kueue
+eviction and re-admission, `gang: Native`, a pod answering hostile status bodies, a hang on
+nodes with skewed clocks) first runs once without faults and under one operator: its outcome
+is the reference. Then it runs again and again, each
 time with operators (scoped to the run's namespace) whose own API requests fail as the
 schedule says (kube/faults.py: 500, 409, 429, a timeout, a response lost after the write, a
 write held up past the client's bound, a write that lands after the client gave up, SIGKILL
