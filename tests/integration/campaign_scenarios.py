@@ -18,6 +18,7 @@ from localkube.testing import wait_for
 from torchrun_operator.api.names import KIND
 from torchrun_operator.api.status_names import ConditionType
 from torchrun_operator.render import kueue as kq
+from torchrun_operator.render.gang import NATIVE_POD_GROUP
 
 FINISHED = ("Succeeded", "Failed")
 # What a scenario may need of the campaign's own cluster (faultrun.local_cluster): Kueue's
@@ -464,6 +465,23 @@ def _hostile(name: str) -> dict[str, Any]:
     return doc
 
 
+def _pod_group_made(api: Api, ns: str, name: str) -> None:
+    """The run shows a Native PodGroup for the whole gang: without one the scenario would be
+    the plain gang restart. (PodGroups stay until the job is deleted.)"""
+    custom = client.CustomObjectsApi(api)
+    pg = NATIVE_POD_GROUP
+
+    def made() -> bool:
+        listed: Any = custom.list_namespaced_custom_object(pg.group, pg.version, ns, pg.plural)
+        return any(
+            g["metadata"]["name"].startswith(f"{name}-a")
+            and g["spec"].get("schedulingPolicy") == {"gang": {"minCount": 2}}
+            for g in listed["items"]
+        )
+
+    wait_for("a Native PodGroup of 2", made, 200, interval=0.5)
+
+
 SCENARIOS = [
     Scenario("success", campaign_job),
     Scenario("user-failure", _raise_on_rank_1),
@@ -481,7 +499,7 @@ SCENARIOS = [
         operator_args=("--kueue",),
         needs=frozenset({KUEUE}),
     ),
-    Scenario("gang-native", _native_gang),
+    Scenario("gang-native", _native_gang, during=_pod_group_made),
     Scenario("hostile-status", _hostile, during=_hostile_answers_refused),
     Scenario(
         "skewed-clocks",
