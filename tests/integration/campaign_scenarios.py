@@ -168,17 +168,22 @@ def _suspend_then_resume(api: Api, ns: str, name: str) -> None:
 
 # ---- elastic: a lost pod replaced while the others train on -------------------------------
 
-# The first round of workers runs until the round changes: the survivors' agents restart
-# their workers (TORCHELASTIC_RESTART_COUNT 1) once the replacement joins, and those end at
-# once, as does the replacement's (its pod name has the `r<k>` suffix). So the job can only
-# finish through a replacement, whatever the faults delay.
+# A pod's first workers in a full round (3 nodes) run until the round changes, leaving a
+# mark in the pod's own scratch volume; workers that find the mark (the survivors' agents
+# start them anew once the replacement joins: a membership change, which torchrun does not
+# count in TORCHELASTIC_RESTART_COUNT) end at once, as does the replacement's (its pod name
+# has the `r<k>` suffix). So the job can only finish through a replacement, whatever the
+# faults delay; a first round of 2 (a pod created late) leaves no mark.
 ELASTIC = """\
-import os, re, sys, time
+import os, re, time
+mark = "/scratch/full-round"
 replacement = re.search(r"-a[0-9]+r[0-9]+$", os.environ["POD_NAME"]) is not None
-restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+later = os.path.exists(mark)
 print(f"pod {os.environ['POD_NAME']} rank {os.environ['RANK']} world {os.environ['WORLD_SIZE']}"
-      f" restarted {restarted}", flush=True)
-if not (replacement or restarted):
+      f" replacement {replacement} later {later}", flush=True)
+if not (replacement or later):
+    if os.environ["WORLD_SIZE"] == "3":
+        open(mark, "w").close()
     time.sleep(3600)
 """
 
@@ -193,6 +198,8 @@ def _elastic(name: str) -> dict[str, Any]:
     trainer["env"] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
     ]
+    doc["spec"]["template"]["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    trainer["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch"}]
     return doc
 
 

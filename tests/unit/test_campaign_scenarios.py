@@ -85,13 +85,16 @@ def run_script(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 @pytest.mark.parametrize(
-    ("pod", "restarts"), [("j-2-a0r1", "0"), ("j-0", "1")], ids=["replacement", "survivor"]
+    ("pod", "marked"), [("j-2-a0r1", False), ("j-0", True)], ids=["replacement", "survivor"]
 )
-def test_elastic_workers_end_at_once_in_a_replacement_or_after_a_round_change(
-    pod: str, restarts: str
+def test_elastic_workers_end_at_once_in_a_replacement_or_after_a_full_round(
+    pod: str, marked: bool, tmp_path: Path
 ) -> None:
-    env = {"POD_NAME": pod, "TORCHELASTIC_RESTART_COUNT": restarts, "RANK": "0"}
-    done = run_script(code_of("elastic"), {**env, "WORLD_SIZE": "3"})
+    mark = tmp_path / "full-round"
+    if marked:  # left by this pod's workers of a full round before the round changed
+        mark.touch()
+    code = code_of("elastic").replace("/scratch/full-round", str(mark))
+    done = run_script(code, {"POD_NAME": pod, "RANK": "0", "WORLD_SIZE": "3"})
     assert done.returncode == 0, done.stderr
 
 
