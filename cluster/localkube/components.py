@@ -56,9 +56,12 @@ class NodeSpec:
     gpus: int = 0
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[dict[str, str]] = field(default_factory=list)
+    # The node's clock, this many seconds ahead of the host's (negative: behind): the times
+    # it writes into pod and node status (localkube.node.nodes).
+    clock_skew_seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "name": self.name,
             "cpu": self.cpu,
             "memory": self.memory,
@@ -66,6 +69,9 @@ class NodeSpec:
             "labels": dict(self.labels),
             "taints": list(self.taints),
         }
+        if self.clock_skew_seconds:
+            out["clockSkewSeconds"] = self.clock_skew_seconds
+        return out
 
 
 def default_nodes(

@@ -1,9 +1,12 @@
 """Fault-injection campaign: real jobs under seeded random fault schedules, on the real
 local cluster (docs/reliability.md).
 
-Each scenario (a job that succeeds, one whose rank raises, an infrastructure failure healed
-by a gang restart, suspend and resume, a TTL, an 8-pod job) first runs once without faults
-and under one operator: its outcome is the reference. Then it runs again and again, each
+Each scenario (tests/integration/campaign_scenarios.py: a job that succeeds, one whose rank
+raises, an infrastructure failure healed by a gang restart, suspend and resume, a TTL, an
+8-pod job, an elastic job's lost pod replaced, a hang detected and restarted, a Kueue
+eviction and re-admission, `gang: Native`, a pod answering hostile status bodies, a hang on
+nodes with skewed clocks) first runs once without faults and under one operator: its outcome
+is the reference. Then it runs again and again, each
 time with operators (scoped to the run's namespace) whose own API requests fail as the
 schedule says (kube/faults.py: 500, 409, 429, a timeout, a response lost after the write, a
 write held up past the client's bound, a write that lands after the client gave up, SIGKILL
@@ -65,13 +68,22 @@ sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / 
 
 import campaign_invariants as inv  # noqa: E402
 import urllib3  # noqa: E402
-from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job, quick_job  # noqa: E402
+from campaign_scenarios import (  # noqa: E402
+    BY_NAME,
+    FINISHED,
+    KUEUE,
+    SCENARIOS,
+    SKEWED_NODES,
+    Scenario,
+    expectation_missed,
+    needs_of,
+)
+from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from localkube.procs import free_port  # noqa: E402
 from localkube.testing import create_namespace, wait_for  # noqa: E402
 
-FINISHED = ("Succeeded", "Failed")
 JOB_TIMEOUT = 240.0
 SETTLE_TIMEOUT = 90.0
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
@@ -135,105 +147,6 @@ KINDS_OF = {
     "lease": ["split brain"],
     "apiserver": ["apiserver stopped 20 s", "apiserver restarted"],
 }
-
-
-def campaign_job(name: str, nodes: int = 2) -> dict[str, Any]:
-    """quick_job with a rendezvous join timeout (180 s) that the faults of one run cannot
-    use up: two 20 s apiserver stops and a killed operator's pods created late added to an
-    8-pod job's start on the loaded 2-core machine ran past quick_job's 90 s (a
-    RendezvousTimeout of the workload's own, not of the operator)."""
-    return quick_job(name, nodes=nodes, rendezvous={"joinTimeoutSeconds": 180})
-
-
-def py(code: str) -> list[str]:
-    return ["python", "-c", code]
-
-
-@dataclass
-class Scenario:
-    name: str
-    doc: Callable[[str], dict[str, Any]]
-    # Something the driver does while the job runs (suspend and resume), or None.
-    during: Callable[[client.ApiClient, str, str], None] | None = None
-    ttl: bool = False
-    nodes: int = 2
-
-
-def _raise_on_rank_1(name: str) -> dict[str, Any]:
-    doc = campaign_job(name)
-    code = "import os\nif os.environ['RANK'] == '1':\n    raise RuntimeError('rank 1 fails')"
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    doc["spec"]["failurePolicy"] = {"maxRestarts": 2, "backoffSeconds": 1}
-    return doc
-
-
-def _retryable_once(name: str) -> dict[str, Any]:
-    """Rank 0 exits 3 (listed as retryable) in attempt 0 only: TORCHELASTIC_RUN_ID is the
-    rendezvous id, `<job uid>-<attempt>`."""
-    doc = campaign_job(name)
-    code = (
-        "import os, sys\n"
-        "first = os.environ['TORCHELASTIC_RUN_ID'].endswith('-0')\n"
-        "sys.exit(3 if first and os.environ['RANK'] == '0' else 0)"
-    )
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    doc["spec"]["failurePolicy"] = {
-        "maxRestarts": 2,
-        "backoffSeconds": 1,
-        "retryableExitCodes": [3],
-    }
-    return doc
-
-
-def _long(name: str) -> dict[str, Any]:
-    """Attempt 0 runs long enough to be suspended whatever the faults (a 6 s sleep finished
-    first once: the driver's suspend was held up by a 20 s apiserver stop, and the job
-    Succeeded unsuspended); the attempt after the resume ends at once."""
-    doc = campaign_job(name)
-    code = (
-        "import os, time\n"
-        "time.sleep(120 if os.environ['TORCHELASTIC_RUN_ID'].endswith('-0') else 1)"
-    )
-    doc["spec"]["template"]["spec"]["containers"][0]["command"] = py(code)
-    return doc
-
-
-def _ttl(name: str) -> dict[str, Any]:
-    doc = campaign_job(name)
-    doc["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 3}
-    return doc
-
-
-def _suspend_then_resume(api: client.ApiClient, ns: str, name: str) -> None:
-    custom = client.CustomObjectsApi(api)
-    core = client.CoreV1Api(api)
-
-    def phase() -> str | None:
-        job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-        return (job.get("status") or {}).get("phase")
-
-    wait_for("Running", lambda: phase() in ("Running", *FINISHED), 120, interval=0.3)
-    patch = {"spec": {"runPolicy": {"suspend": True}}}
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
-
-    def quiet() -> bool:
-        pods = core.list_namespaced_pod(ns, label_selector=f"{JOB_LABEL}={name}").items
-        return phase() == "Suspended" and not pods
-
-    wait_for("Suspended with no pods", quiet, 120, interval=0.3)
-    patch = {"spec": {"runPolicy": {"suspend": False}}}
-    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
-
-
-SCENARIOS = [
-    Scenario("success", campaign_job),
-    Scenario("user-failure", _raise_on_rank_1),
-    Scenario("gang-restart", _retryable_once),
-    Scenario("suspend-resume", _long, during=_suspend_then_resume),
-    Scenario("ttl", _ttl, ttl=True),
-    Scenario("eight-pods", lambda name: campaign_job(name, nodes=8), nodes=8),
-]
-BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 class PodMonitor:
@@ -347,6 +260,7 @@ class Operator:
         env: dict[str, str],
         rules: list[tuple[str, dict[str, Any]]],
         elect: bool = False,
+        args: tuple[str, ...] = (),
     ) -> None:
         """`elect`: one of several replicas, electing a leader on the run's namespace's
         Lease."""
@@ -360,7 +274,7 @@ class Operator:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "torchrun_operator.main", "--namespace", ns,
                  "--liveness-port", "0", "--metrics-port", str(self.metrics_port),
-                 *(["--leader-election-namespace", ns] if elect else [])],
+                 *(["--leader-election-namespace", ns] if elect else []), *args],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.killed_by_us = False
@@ -603,7 +517,8 @@ class Campaign:
                 body = {"log": str(log.with_suffix(".faults")), "rules": [r for _, r in pending]}
                 spec.write_text(json.dumps(body))
                 env["TORCHRUN_OPERATOR_FAULTS"] = str(spec)
-            op = Operator(self.kubeconfig, ns, log, env, list(pending) if faults else [], elect)
+            rules = list(pending) if faults else []
+            op = Operator(self.kubeconfig, ns, log, env, rules, elect, scenario.operator_args)
             operators.append(op)
             return op
 
@@ -652,6 +567,8 @@ class Campaign:
                     reap(standby)
                     standby = start(ns, faults=False, elect=True)
 
+            if scenario.prepare is not None:
+                scenario.prepare(self.api, ns)
             doc = scenario.doc(name)
             create_retrying(lambda: create_job(self.api, ns, doc))
             driver = _Driver(scenario, self.api, ns, name)
@@ -771,7 +688,8 @@ class Campaign:
             for s, future in refs:
                 ref = future.result()
                 self.reference[s.name] = ref.outcome
-                self.tally[s.name].violations += [f"reference run: {v}" for v in ref.violations]
+                missed = ref.violations + expectation_missed(s, ref.outcome)
+                self.tally[s.name].violations += [f"reference run: {v}" for v in missed]
                 print(f"reference {s.name} ({ref.seconds:.0f} s): {ref.outcome}", flush=True)
 
     def judge(self, scenario: Scenario, got: Run) -> Run:
@@ -993,22 +911,40 @@ def write_table(path: Path, table: str, header: str) -> None:
 
 
 @contextmanager
-def local_cluster(workdir: Path) -> Iterator[Any]:
-    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster."""
-    from localkube.components import default_nodes
+def local_cluster(workdir: Path, needs: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster. With the
+    scenarios' `needs` (campaign_scenarios): KUEUE runs Kueue's manager (its CRDs and
+    webhooks) beside it; SKEWED_NODES adds two tainted nodes with clocks of their own (an
+    hour ahead, six hours behind). Only then: the other runs do not pay for them."""
+    from campaign_scenarios import CLOCK_LABEL, CLOCK_SKEWS, CLOCK_TAINT, EXTERNAL_FRAMEWORK
+    from localkube.components import NodeSpec, default_nodes
     from localkube.controlplane import Cluster
+    from localkube.kueue import Kueue
     from localkube.testing import pick_base, unique_cluster_name
     from operator_fixtures import install_crd
 
+    nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0)
+    if SKEWED_NODES in needs:
+        nodes += [
+            NodeSpec(f"node-{clock}", labels={CLOCK_LABEL: clock}, taints=[CLOCK_TAINT],
+                     clock_skew_seconds=skew)
+            for clock, skew in CLOCK_SKEWS.items()
+        ]  # fmt: skip
     cluster = Cluster(
         workdir / "cluster", name=unique_cluster_name("fr"), base=pick_base(),
-        nodes=default_nodes(2, cpu="8", memory="32Gi", gpus=0), die_with_parent=True,
+        nodes=nodes, die_with_parent=True,
     )  # fmt: skip
+    kueue: Kueue | None = None
     try:
         cluster.up(timeout=180)
         install_crd(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        if KUEUE in needs:
+            (workdir / "kueue").mkdir(exist_ok=True)
+            kueue = Kueue(cluster, workdir / "kueue", [EXTERNAL_FRAMEWORK]).start()
         yield cluster
     finally:
+        if kueue is not None:
+            kueue.stop()
         cluster.down()
 
 
@@ -1032,7 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="faultrun-"))
     started = time.monotonic()
     try:
-        with cluster_for(args.kubeconfig, workdir) as (kubeconfig, apiserver):
+        with cluster_for(args.kubeconfig, workdir, scenarios) as (kubeconfig, apiserver):
             kinds = frozenset(k for k in args.kinds.split(",") if k)
             c = Campaign(
                 kubeconfig, workdir, args.seed, scenarios, apiserver=apiserver, kinds=kinds
@@ -1050,13 +986,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def cluster_for(kubeconfig: Path | None, workdir: Path) -> Iterator[tuple[Path, Apiserver | None]]:
-    """The cluster given, or one of our own (then also its apiserver: the campaign may stop
-    or restart it)."""
+def cluster_for(
+    kubeconfig: Path | None, workdir: Path, scenarios: list[Scenario] | None = None
+) -> Iterator[tuple[Path, Apiserver | None]]:
+    """The cluster given (it must have what the scenarios need), or one of our own with
+    what they need (then also its apiserver: the campaign may stop or restart it)."""
     if kubeconfig is not None:
         yield kubeconfig, None
     else:
-        with local_cluster(workdir) as cluster:
+        with local_cluster(workdir, needs_of(scenarios or [])) as cluster:
             yield Path(cluster.kubeconfig), Apiserver(cluster)
 
 

@@ -1,5 +1,11 @@
 """Node registration, status heartbeat and the Lease in `kube-node-lease`.
 
+A node may keep a clock of its own (`clockSkewSeconds` in its --nodes-json entry, e.g. 3600
+for an hour ahead): every time it writes (pod start and container times, condition
+transitions, its heartbeats and Lease renewals) is this host's clock plus the skew, as a
+kubelet on a machine whose clock is off writes them. The processes in its pods still read this
+host's clock (the launcher's own report times are not skewed).
+
 A test pauses a node's heartbeats by creating `STATE_DIR/<node>/pause-heartbeat`; deleting
 the file resumes them (the Node turns Ready again with the next status update).
 """
@@ -34,6 +40,8 @@ class NodeConfig:
     gpus: int = 0
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: Sequence[Mapping[str, Any]] = ()
+    # Seconds this node's clock is ahead of the host's (negative: behind).
+    clock_skew_seconds: float = 0.0
 
     @staticmethod
     def from_json(index: int, d: Mapping[str, Any]) -> NodeConfig:
@@ -45,6 +53,7 @@ class NodeConfig:
             gpus=int(d.get("gpus", 0)),
             labels=dict(d.get("labels") or {}),
             taints=list(d.get("taints") or []),
+            clock_skew_seconds=float(d.get("clockSkewSeconds", 0)),
         )
 
     def capacity(self) -> dict[str, str]:
@@ -54,12 +63,17 @@ class NodeConfig:
         return cap
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def node_now(skew_seconds: float = 0.0) -> dt.datetime:
+    """Now by a node's clock: the host's, `skew_seconds` ahead (negative: behind)."""
+    return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=skew_seconds)
 
 
-def now_micro() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def now_rfc3339(skew_seconds: float = 0.0) -> str:
+    return node_now(skew_seconds).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro(skew_seconds: float = 0.0) -> str:
+    return node_now(skew_seconds).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def node_object(cfg: NodeConfig) -> dict[str, Any]:
@@ -147,7 +161,7 @@ class NodeAgent:
         self.cfg, self.ip, self.stop = cfg, internal_ip, stop
         self.pause_file = state_dir / cfg.name / "pause-heartbeat"
         self.pause_file.parent.mkdir(parents=True, exist_ok=True)
-        self.started = now_rfc3339()
+        self.started = now_rfc3339(cfg.clock_skew_seconds)
         self.node_uid = ""
         self.thread = threading.Thread(target=self._loop, name=f"node-{cfg.name}", daemon=True)
 
@@ -170,7 +184,9 @@ class NodeAgent:
         self.heartbeat()
 
     def heartbeat(self) -> None:
-        status = node_status(self.cfg, self.ip, now_rfc3339(), self.started)
+        status = node_status(
+            self.cfg, self.ip, now_rfc3339(self.cfg.clock_skew_seconds), self.started
+        )
         kapi.retry(
             lambda: self.core.patch_node_status(
                 self.cfg.name, {"status": status}, _content_type=kapi.MERGE_PATCH
@@ -195,7 +211,7 @@ class NodeAgent:
             "spec": {
                 "holderIdentity": name,
                 "leaseDurationSeconds": LEASE_SECONDS,
-                "renewTime": now_micro(),
+                "renewTime": now_micro(self.cfg.clock_skew_seconds),
             },
         }
         try:

@@ -210,7 +210,7 @@ class PodWorker(threading.Thread):
             self.on_done(self.uid)
 
     def _run(self) -> None:
-        self.start_time = now_rfc3339()
+        self.start_time = now_rfc3339(self.node.clock_skew_seconds)
         self.pod_dir.mkdir(parents=True, exist_ok=True)
         self.pod_ip = self.ctx.ipam.allocate(self.node.index, self.uid)
         self.sandbox = Sandbox(self.ctx.bridge, self.uid, self.pod_ip, self.ctx.gateway)
@@ -421,7 +421,11 @@ class PodWorker(threading.Thread):
         c.runs += 1
         c.state, c.reason, c.message = "running", None, None
         c.exit_code = c.signal = None
-        c.started_at, c.finished_at, c.kill_at = now_rfc3339(), None, None
+        c.started_at, c.finished_at, c.kill_at = (
+            now_rfc3339(self.node.clock_skew_seconds),
+            None,
+            None,
+        )
         started = time.time()
         for kind in ("readinessProbe", "livenessProbe"):
             probe = c.spec.get(kind)
@@ -441,7 +445,7 @@ class PodWorker(threading.Thread):
 
     def _on_exit(self, c: ContainerRun, st: Any, is_init: bool) -> None:
         c.proc.reap() if c.proc else None
-        c.state, c.finished_at = "terminated", now_rfc3339()
+        c.state, c.finished_at = "terminated", now_rfc3339(self.node.clock_skew_seconds)
         c.exit_code, c.signal = st.exit_code, st.signal
         c.reason = "StartError" if st.start_error else status.terminated_reason(st.exit_code)
         message = st.start_error or self._termination_message(c)
@@ -502,7 +506,7 @@ class PodWorker(threading.Thread):
             if c.proc is None or c.state != "running":
                 if c.state == "waiting":  # never to run again
                     c.state, c.exit_code, c.reason = "terminated", 137, "ContainerStatusUnknown"
-                    c.finished_at = now_rfc3339()
+                    c.finished_at = now_rfc3339(self.node.clock_skew_seconds)
                 continue
             st = c.proc.poll()
             if st is not None:
@@ -544,7 +548,7 @@ class PodWorker(threading.Thread):
         return status.PodObservation(
             init=[c.observed() for c in self.init],
             containers=[c.observed() for c in self.containers],
-            now=now_rfc3339(),
+            now=now_rfc3339(self.node.clock_skew_seconds),
             restart_policy=self.policy,
             pod_ip=self.pod_ip,
             host_ip=self.ctx.gateway,
@@ -636,7 +640,7 @@ class PodManager:
                 return
             if st.get("podIP"):
                 self.done.add(uid)
-                threading.Thread(target=self._mark_restarted, args=(pod,), daemon=True).start()
+                threading.Thread(target=self._mark_restarted, args=(node, pod), daemon=True).start()
                 return
             worker = PodWorker(self.ctx, node, pod, self._finished)
             self.workers[uid] = worker
@@ -652,10 +656,10 @@ class PodManager:
         meta = pod["metadata"]
         delete_pod(self.ctx, meta["namespace"], meta["name"], meta["uid"])
 
-    def _mark_restarted(self, pod: dict[str, Any]) -> None:
+    def _mark_restarted(self, node: NodeConfig, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         st = dict(pod.get("status") or {})
-        now = now_rfc3339()
+        now = now_rfc3339(node.clock_skew_seconds)
         st.update(
             phase="Failed",
             reason="NodeRestarted",
