@@ -55,6 +55,8 @@ for p in $ROOT_PACKAGES; do
 done
 
 "$REPO/hack/sysdeps/install.sh" mmdebstrap
+# The commit checked, taken now: the checkout may move on during the hour the check runs.
+head=$(git -C "$REPO" rev-parse HEAD)
 phases=()
 phase() {  # name command...: runs and records the wall time
   local name=$1 start rc=0
@@ -67,7 +69,7 @@ phase() {  # name command...: runs and records the wall time
 }
 report() {
   echo
-  echo "fresh-root check of $(git -C "$REPO" rev-parse --short HEAD), root $dir"
+  echo "fresh-root check of ${head:0:7}, root $dir"
   printf '%s\n' "${phases[@]}"
 }
 cleanup() {
@@ -102,7 +104,7 @@ make_root() {
   chroot "$dir" update-ca-certificates >/dev/null
   [ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$dir/etc/pip.conf"
   git clone -q "$REPO" "$dir/src"
-  git -C "$dir/src" checkout -q "$(git -C "$REPO" rev-parse HEAD)"
+  git -C "$dir/src" checkout -q "$head"
   cat >"$dir/enter.sh" <<EOF
 #!/bin/bash
 # Inside the root, as a new machine's login shell would be.
@@ -142,7 +144,7 @@ in_root() {
 
 to_head() {  # the kept root's clone, moved to this checkout's HEAD
   git -C "$dir/src" fetch -q "$REPO" HEAD
-  git -C "$dir/src" checkout -qf "$(git -C "$REPO" rev-parse HEAD)"
+  git -C "$dir/src" checkout -qf "$head"
   git -C "$dir/src" clean -qfdx
 }
 
