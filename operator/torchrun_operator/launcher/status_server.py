@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Any
@@ -100,6 +101,15 @@ class _StatusHandler(http.server.BaseHTTPRequestHandler):
 class _StatusServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 16
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """socketserver prints a traceback into the training log for every failed request;
+        a reader that gave up (the operator's read has a 1 s budget) is no error at all, and
+        anything else is one line."""
+        err = sys.exc_info()[1]
+        if isinstance(err, OSError):  # broken pipe, reset, timed out: the client is gone
+            return
+        log("status request failed", error=f"{type(err).__name__}: {err}"[:300])
 
 
 def _ipv6_server(port: int) -> _StatusServer:

@@ -200,3 +200,28 @@ def test_state_dir_reset_forgets_stack_dumps(tmp_path: Path) -> None:
     (tmp_path / "rank-0.json").write_text("{}")
     state.reset_state_dir(str(tmp_path))
     assert not list(tmp_path.iterdir())
+
+
+def test_a_reader_that_hung_up_leaves_no_traceback_in_the_training_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The operator's read gives up after 1 s; the launcher's answer then meets a closed
+    socket. socketserver would print that as a traceback into the user's log."""
+    server = status_server._StatusServer(("127.0.0.1", 0), status_server._StatusHandler)
+    try:
+        for err in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset")):
+            try:
+                raise err
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        try:
+            raise ValueError("something of ours")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.server_close()
+    err_text = capsys.readouterr().err
+    assert "Traceback" not in err_text
+    assert "Broken pipe" not in err_text and "reset" not in err_text
+    (line,) = err_text.strip().splitlines()
+    assert line.startswith("[launcher] status request failed") and "something of ours" in line
