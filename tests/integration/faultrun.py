@@ -84,7 +84,8 @@ from kubernetes.client.exceptions import ApiException  # noqa: E402
 from localkube.procs import free_port  # noqa: E402
 from localkube.testing import create_namespace, wait_for  # noqa: E402
 
-JOB_TIMEOUT = 240.0
+JOB_TIMEOUT = 240.0  # plus the time the apiserver was down meanwhile (Apiserver.down)
+MIN_UP_SECONDS = 45.0  # between two apiserver outages, campaign-wide
 SETTLE_TIMEOUT = 90.0
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
 WATCH = r"\?(.*&)?watch=(?i:true|1)"
@@ -335,17 +336,26 @@ class Apiserver:
         self.cluster = cluster
         self._work: queue.Queue[tuple[Callable[[], None], list[BaseException], threading.Event]]
         self._work = queue.Queue()
+        # Seconds the apiserver has been stopped or restarting, campaign-wide: every run's
+        # deadline is extended by what it lived through (a run cannot finish while it is down).
+        self.down = 0.0
         threading.Thread(target=self._serve, name="apiserver-faults", daemon=True).start()
 
     def _serve(self) -> None:
         while True:
             act, errors, done = self._work.get()
+            start = time.monotonic()
             try:
                 act()
             except Exception as e:  # noqa: BLE001 - handed to the run that asked
                 errors.append(e)
             finally:
+                self.down += time.monotonic() - start
                 done.set()
+            # Up for a while before the next one: with runs side by side, their outages back
+            # to back kept the apiserver down most of the time (no namespace got its default
+            # ServiceAccount within a minute), which tests nothing but patience.
+            time.sleep(MIN_UP_SECONDS)
 
     def _do(self, act: Callable[[], None]) -> None:
         errors: list[BaseException] = []
@@ -465,6 +475,9 @@ class Campaign:
             rules.append((kind, {"method": method, "path": path, "nth": nth, **KINDS[kind]}))
         return rules
 
+    def _down(self) -> float:
+        return self.apiserver.down if self.apiserver is not None else 0.0
+
     def next_index(self) -> int:
         with self._lock:
             self._n += 1
@@ -575,7 +588,8 @@ class Campaign:
             pauser = _Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
-            while time.monotonic() < deadline:
+            down_before = self._down()
+            while time.monotonic() < deadline + self._down() - down_before:
                 if self._abort.is_set():
                     raise RuntimeError("the campaign was stopped")
                 tend()
@@ -590,7 +604,10 @@ class Campaign:
             violations += errors
             last: dict[str, Any] = done or {}
             if done is None:
-                violations.append(f"unfinished after {JOB_TIMEOUT:.0f}s")
+                down = self._down() - down_before
+                violations.append(
+                    f"unfinished after {JOB_TIMEOUT:.0f}s and {down:.0f}s of apiserver outages"
+                )
             else:
                 violations += self._after_end(ns, name, done, scenario, tend)
             for o in (op, standby):
