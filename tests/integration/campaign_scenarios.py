@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, quick_job
+from hostile_bodies import hostile_server
 from kubernetes import client
 from localkube.testing import wait_for
 from torchrun_operator.api.names import KIND
@@ -389,7 +390,9 @@ open("/shared/done", "w").close()
 # every read in turn with a huge step, a NaN rate, 64 KiB of nested brackets, 64 KiB of
 # empty objects, bytes that are no JSON, and a body held back past the reader's timeout.
 # If the launcher got the port first it answers nothing (the job still ends as it must).
-HOSTILE_SIDECAR = """\
+HOSTILE_SIDECAR = (
+    hostile_server(1, more=True)
+    + """
 import os, socket, time
 def done():
     return os.path.exists("/shared/done")
@@ -405,39 +408,12 @@ if os.environ.get("HOSTNAME", "").endswith("-1"):
             time.sleep(0.01)
 if listener is not None and not done():
     listener.listen(16)
-    import http.server, itertools, json, threading
-    bind = {"v": 1, "rdzvId": "sidecar", "index": 1}
-    bodies = itertools.cycle([
-        json.dumps({**bind, "state": "Training", "groupRank": 0, "ranks": [1],
-                    "progress": {"step": 2**64 - 1}}).encode(),
-        json.dumps({**bind, "progress": {"stepsPerSecond": float("nan")}}).encode(),
-        b"[" * 32768 + b"]" * 32767,
-        json.dumps(bind)[:-1].encode() + b',"x":[' + b",".join([b"{}"] * 21000) + b"]}",
-        b"\\xff\\xfe{not json" * 100,
-        b"slow",
-    ])
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = next(bodies)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.flush()
-            if body == b"slow":
-                time.sleep(5)
-            self.wfile.write(body)
-        def log_message(self, *args):
-            pass
-    class Server(http.server.ThreadingHTTPServer):
-        daemon_threads = True
-    server = Server(("0.0.0.0", 29401), Handler, bind_and_activate=False)
-    server.socket.close()
-    server.socket = listener
+    serve_hostile(listener)
     print("sidecar serving hostile bodies", flush=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
 while not done():
     time.sleep(0.2)
 """
+)
 
 
 def _hostile_answers_refused(api: Api, ns: str, name: str) -> None:

@@ -18,13 +18,14 @@ from typing import Any
 import jobs
 import pytest
 from dtj import IMAGE, SMALL, apply, get_job, job_pods, wait_for, wait_phase
+from hostile_bodies import STEP, hostile_server
 from jobs import condition
 from kubernetes import client
 from test_rankmap import STATUS_PORT, script_job
 
 pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
 
-SENTINEL = 18446744073709551615
+SENTINEL = STEP
 
 # The training script: a few steps, each written to the progress file as the sentinel (an
 # "unknown" step counter), then a file that tells the sidecar to stop.
@@ -47,7 +48,9 @@ open("/shared/done", "w").close()
 # The sidecar (the second container; the first is the trainer): binds the status port
 # (retrying, in case the launcher got there first: then it never gets it, and the test says
 # so) and answers hostile bodies in turn until the trainer is done.
-SIDECAR = f"""\
+SIDECAR = (
+    hostile_server(0)
+    + f"""
 import socket, time
 
 # Bind first, import the rest after: the launcher imports a good deal before it binds.
@@ -61,42 +64,15 @@ while True:
         time.sleep(0.01)
 listener.listen(16)
 
-import http.server, itertools, json, os, threading
+import os
 
-# Bound to no attempt (the sidecar cannot know the rendezvous id): what is refused is the
-# content, before any binding is looked at.
-bind = {{"v": 1, "rdzvId": "sidecar", "index": 0}}
-bodies = itertools.cycle([
-    json.dumps({{**bind, "state": "Training", "groupRank": 0, "ranks": [0],
-                "progress": {{"step": {SENTINEL}}}}}).encode(),
-    json.dumps({{**bind, "progress": {{"stepsPerSecond": float("nan")}}}}).encode(),
-    b"[" * 32768 + b"]" * 32767,
-    json.dumps(bind)[:-1].encode() + b',"x":[' + b",".join([b"{{}}"] * 21000) + b"]}}",
-])
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = next(bodies)
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-server = Server(("0.0.0.0", {STATUS_PORT}), Handler, bind_and_activate=False)
-server.socket.close()
-server.socket = listener
+serve_hostile(listener)
 print("sidecar serving", flush=True)
-threading.Thread(target=server.serve_forever, daemon=True).start()
 while not os.path.exists("/shared/done"):
     time.sleep(0.2)
 time.sleep(1)
 """
+)
 
 
 def hostile_job(name: str) -> list[dict[str, Any]]:
