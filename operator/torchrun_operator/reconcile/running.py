@@ -11,6 +11,7 @@ from typing import Any
 from ..api import names
 from ..api.status_names import ConditionType, Phase, PodPhase, RankPhase, Reason
 from ..api.timefmt import seconds
+from ..launcher import contract
 from ..render import render_pod
 from . import attempts, failure, gang, hang
 from . import conditions as cond
@@ -21,6 +22,9 @@ from .finish import finish
 from .observe import PodView, rank_entry
 from .rootcause import lost_candidate, pod_candidates
 from .training import record_progress, record_stragglers
+
+# Launcher states that mean its rendezvous round completed (docs/pod-contract.md).
+PAST_RENDEZVOUS = (contract.LIVE_TRAINING, contract.LIVE_STALLED)
 
 
 def start_attempt(ctx: Ctx) -> None:
@@ -129,7 +133,8 @@ def observe(ctx: Ctx) -> None:
         return
     if _succeeded(ctx, seen):
         return
-    if failure.hung(ctx, seen):
+    joined = _past_rendezvous(ctx, seen)
+    if failure.hung(ctx, seen, joined):
         _start_if_restarting(ctx)
         return
     all_up = all(
@@ -142,10 +147,9 @@ def observe(ctx: Ctx) -> None:
     running = f"{desired} pods running"
     if all_up and ctx.set_cond(ConditionType.RUNNING, True, Reason.ALL_PODS_RUNNING, running):
         ctx.reached(ConditionType.RUNNING)
-    ready = sum(1 for p in seen.current.values() if p.ready)
-    joined = f"all {desired} pods joined rendezvous"
-    if ready == desired and ctx.set_cond(
-        ConditionType.RENDEZVOUS_DONE, True, Reason.ALL_PODS_READY, joined
+    joined_msg = f"all {desired} pods joined rendezvous"
+    if joined and ctx.set_cond(
+        ConditionType.RENDEZVOUS_DONE, True, Reason.ALL_PODS_READY, joined_msg
     ):
         ctx.reached(ConditionType.RENDEZVOUS_DONE)
         ctx.event(
@@ -153,6 +157,22 @@ def observe(ctx: Ctx) -> None:
             Reason.RENDEZVOUS_DONE,
             f"All {desired} pods joined rendezvous (attempt {attempt})",
         )
+
+
+def _past_rendezvous(ctx: Ctx, seen: Seen) -> bool:
+    """Whether every pod is past the rendezvous: Ready, or its launcher answers that it
+    trains or stalled after its round. Readiness alone is not enough: an operator away while
+    the pods were all Ready (down, deposed, or the apiserver) may first see them with one
+    already quiet, and must not judge that stall a rendezvous hang."""
+    for i in range(ctx.spec.nodes):
+        pod = seen.current.get(i)
+        if pod is None:
+            return False
+        live = ctx.live.get(pod.uid or "")
+        past = live is not None and live.group_rank is not None and live.state in PAST_RENDEZVOUS
+        if not (pod.ready or past):
+            return False
+    return True
 
 
 def _start_if_restarting(ctx: Ctx) -> None:

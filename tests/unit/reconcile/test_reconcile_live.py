@@ -381,6 +381,37 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
     JobStatus.model_validate(plan.status)
 
 
+def test_a_stall_seen_only_after_the_ready_window_is_no_rendezvous_hang() -> None:
+    # The operator saw the pods Running but never all Ready at once (it was away while they
+    # were): the launchers' answers still say the rendezvous completed, so the quiet pod is a
+    # stall to restart, not a rendezvous that timed out (a user failure that ends the job).
+    job, pods = start(
+        make_job(
+            nodes=2,
+            runPolicy={"progressTimeoutSeconds": 20},
+            rendezvous={"joinTimeoutSeconds": 20},
+        )
+    )
+    pods = [with_uid(p, ready=False) for p in pods]
+    _, job, _ = step(job, pods, 2)  # Running, not Ready yet: the rendezvous timer starts
+    quiet = [with_uid(pods[0], ready=True), with_uid(pods[1], ready=False, t=300)]
+    stalled = {"at": at(290).timestamp(), "step": 3, "stacks": []}
+    answers = {
+        0: answer(0, 0, [0], read_at=300),
+        1: answer(1, 1, [1], read_at=300, stall=stalled, state="Stalled"),
+    }
+    plan = reconcile(job, quiet, at(300), live=live_for(quiet, answers))
+    status = plan.status
+    assert status["phase"] == "Running", status.get("failure")
+    assert cond(status, "RendezvousDone")["status"] == "True"
+    job = {**job, "status": copy.deepcopy(status)}
+    plan = reconcile(job, quiet, at(320), live=live_for(quiet, answers))
+    status = plan.status
+    assert (status["phase"], status["attempt"]) == ("Restarting", 1)
+    assert status["failure"]["reason"] == "ProgressStalled"
+    assert status["restarts"][-1]["kind"] == "infrastructure"
+
+
 def test_stall_without_stacks_names_the_pod_that_went_quiet_first() -> None:
     spec = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}}
     job, pods = running_job(nodes=2, **spec)

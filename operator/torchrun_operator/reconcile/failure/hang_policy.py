@@ -40,12 +40,15 @@ def name_absentees(ctx: Ctx, seen: Seen, cause: Candidate) -> Candidate:
     )
 
 
-def hung(ctx: Ctx, seen: Seen) -> bool:
-    """True when the attempt hangs: then it failed, or a gang restart is decided."""
+def hung(ctx: Ctx, seen: Seen, joined: bool = False) -> bool:
+    """True when the attempt hangs: then it failed, or a gang restart is decided. `joined`:
+    every pod is past the rendezvous now (running._past_rendezvous), though RendezvousDone may
+    not be set yet."""
     spec = ctx.spec
     join = spec.rendezvous.join_timeout_seconds
     rdzv = cond.get(ctx.conds, ConditionType.RENDEZVOUS_DONE)
-    done = rdzv is not None and rdzv.get("status") == "True"
+    recorded = rdzv is not None and rdzv.get("status") == "True"
+    done = recorded or joined
     pods = {i: pod for i, (_, pod) in seen.slots.items()}
     watched = hang.watched(entries(ctx.status))
     deadline = hang.rendezvous_hang_deadline(pods, watched, done, join)
@@ -67,10 +70,11 @@ def hung(ctx: Ctx, seen: Seen) -> bool:
         fail_or_restart(ctx, cause, "user")
         return True
     timeout = spec.run_policy.progress_timeout_seconds
-    if timeout is None or rdzv is None or not done:
+    if timeout is None or not done:
         return False
     ranks_by_index = node_ranks(ctx)
-    rendezvous_at = seconds(rdzv.get("lastTransitionTime"))
+    # Seen only now (the condition is set after this check): the stall counts from now.
+    rendezvous_at = seconds(rdzv.get("lastTransitionTime")) if recorded and rdzv else ctx.now
     quiet = hang.quiet_pods(seen.current, watched, rendezvous_at, ranks_by_index)
     due, wait = hang.stalled(quiet, ctx.now)
     if wait is not None:
