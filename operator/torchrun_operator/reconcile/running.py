@@ -160,19 +160,21 @@ def observe(ctx: Ctx) -> None:
 
 
 def _past_rendezvous(ctx: Ctx, seen: Seen) -> bool:
-    """Whether every pod is past the rendezvous: Ready, or its launcher answers that it
-    trains or stalled after its round. Readiness alone is not enough: an operator away while
-    the pods were all Ready (down, deposed, or the apiserver) may first see them with one
-    already quiet, and must not judge that stall a rendezvous hang."""
+    """Whether the rendezvous round of the attempt completed: every pod is Ready, or its
+    launcher answers that it trains or stalled after its round; without elastic bounds one
+    such pod is enough, as a round then holds every pod. Readiness of all at once is not
+    needed: an operator away while the pods were all Ready (down, deposed, or the apiserver)
+    may first see them with one already quiet, and must not judge that stall a rendezvous
+    hang."""
+    past = 0
     for i in range(ctx.spec.nodes):
         pod = seen.current.get(i)
         if pod is None:
             return False
         live = ctx.live.get(pod.uid or "")
-        past = live is not None and live.group_rank is not None and live.state in PAST_RENDEZVOUS
-        if not (pod.ready or past):
-            return False
-    return True
+        answered = live is not None and live.group_rank is not None
+        past += pod.ready or (answered and live is not None and live.state in PAST_RENDEZVOUS)
+    return past == ctx.spec.nodes or (past > 0 and not ctx.spec.is_elastic)
 
 
 def _start_if_restarting(ctx: Ctx) -> None:

@@ -412,6 +412,28 @@ def test_a_stall_seen_only_after_the_ready_window_is_no_rendezvous_hang() -> Non
     assert status["restarts"][-1]["kind"] == "infrastructure"
 
 
+def test_a_new_leader_without_answers_judges_a_half_ready_gang_a_stall() -> None:
+    # The same, seen by an operator that has read no launcher yet (it just took over): one
+    # pod Ready means the round completed, and without elastic bounds a round holds every pod.
+    job, pods = start(
+        make_job(
+            nodes=2,
+            runPolicy={"progressTimeoutSeconds": 20},
+            rendezvous={"joinTimeoutSeconds": 20},
+        )
+    )
+    pods = [with_uid(p, ready=False) for p in pods]
+    _, job, _ = step(job, pods, 2)
+    quiet = [with_uid(pods[0], ready=True), with_uid(pods[1], ready=False, t=300)]
+    plan, job, _ = step(job, quiet, 300)
+    assert plan.status["phase"] == "Running", plan.status.get("failure")
+    plan, _, _ = step(job, quiet, 320)
+    assert (plan.status["phase"], plan.status["failure"]["reason"]) == (
+        "Restarting",
+        "ProgressStalled",
+    )
+
+
 def test_stall_without_stacks_names_the_pod_that_went_quiet_first() -> None:
     spec = {"runPolicy": {"progressTimeoutSeconds": 60}, "failurePolicy": {"maxRestarts": 0}}
     job, pods = running_job(nodes=2, **spec)
