@@ -66,6 +66,7 @@ REPO = HERE.parents[1]
 # As pytest's rootdir conftest does: the shared test helpers (tests/jobs.py) and our packages.
 sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / "cluster")]
 
+import campaign_evidence as evidence  # noqa: E402
 import campaign_invariants as inv  # noqa: E402
 import urllib3  # noqa: E402
 from campaign_scenarios import (  # noqa: E402
@@ -162,6 +163,7 @@ class PodMonitor:
         self.core = client.CoreV1Api(api)
         self.ns = ns
         self.events: list[inv.PodEvent] = []
+        self.timeline: list[dict[str, Any]] = []  # campaign_evidence.pod_line per event
         self.broke: list[str] = []
         self._watch = watch.Watch()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -189,6 +191,7 @@ class PodMonitor:
 
     def _record(self, type_: str, raw: dict[str, Any]) -> None:
         self.events.append(inv.PodEvent.of(type_, raw))
+        self.timeline.append(evidence.pod_line(type_, raw))
         uid = raw["metadata"]["uid"]
         if type_ == "DELETED":
             self._live.pop(uid, None)
@@ -631,6 +634,14 @@ class Campaign:
             violations += monitor.broke
             violations += inv.attempts_mixed(monitor.events)
             violations += inv.pods_per_attempt(monitor.events, scenario.nodes, final)
+            evidence.write(
+                self.workdir / f"{name}.evidence.json",
+                self.api,
+                ns,
+                last,
+                monitor.timeline,
+                violations,
+            )
         for o in operators:
             violations += inv.tracebacks(o.log_path.read_text(errors="replace"), o.log_path.name)
         violations += inv.unexpected_exits(exits, inv.fault_kills(seen))
