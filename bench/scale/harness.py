@@ -203,7 +203,9 @@ def apply_crd(api: client.ApiClient, crd: dict[str, Any]) -> None:
 
 def clean_namespace(api: client.ApiClient, ns: str, kinds: list[tuple[str, str]]) -> None:
     """Deletes everything a run left, jobs first (the operators are stopped by then), then
-    the namespace; waits until no pod is left so the next run starts on an idle cluster."""
+    the namespace; waits until no pod is left so the next run starts on an idle cluster, and
+    until the namespace is gone: the same workload and kind at the next limit setting creates
+    it again, which a terminating namespace refuses (403)."""
     for path in [*(f"/apis/{gv}/namespaces/{ns}/{plural}" for gv, plural in kinds),
                  f"/api/v1/namespaces/{ns}/pods", f"/api/v1/namespaces/{ns}/services",
                  f"/api/v1/namespaces/{ns}/configmaps"]:  # fmt: skip
@@ -215,6 +217,17 @@ def clean_namespace(api: client.ApiClient, ns: str, kinds: list[tuple[str, str]]
     core = client.CoreV1Api(api)
     core.delete_namespace(ns)
     wait(f"pods of {ns} gone", lambda: not core.list_namespaced_pod(ns, limit=1).items, 180)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(ns)
+            return False
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+
+    wait(f"namespace {ns} gone", gone, 180)
 
 
 # ---- watching ---------------------------------------------------------------------------------
