@@ -22,7 +22,7 @@ from torchrun_operator.render import kueue as kq
 from torchrun_operator.render.gang import NATIVE_POD_GROUP
 
 FINISHED = ("Succeeded", "Failed")
-# What a scenario may need of the campaign's own cluster (faultrun.local_cluster): Kueue's
+# What a scenario may need of the campaign's own cluster (campaign_cluster.local_cluster): Kueue's
 # manager with its CRDs and webhooks, and two nodes with clocks of their own.
 KUEUE = "kueue"
 SKEWED_NODES = "skewed-nodes"

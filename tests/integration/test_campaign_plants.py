@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from faultrun import BY_NAME, Campaign, local_cluster
+from campaign_cluster import local_cluster
+from campaign_scenarios import BY_NAME
+from faultrun import Campaign
 
 pytestmark = pytest.mark.localkube
 

@@ -1,6 +1,6 @@
 """The fault campaign's pure parts (tests/integration/faultrun.py): its schedule (a function
 of the seed, of the kinds asked for only, split brain aimed at the leader's Lease renewals)
-and the pod monitor's relist after an apiserver restart."""
+and the pod monitor's relist after an apiserver restart (campaign_monitor.py)."""
 
 from __future__ import annotations
 
@@ -12,20 +12,23 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-import faultrun  # noqa: E402
+from campaign_cluster import Apiserver  # noqa: E402
+from campaign_monitor import relist_events  # noqa: E402
+from campaign_scenarios import SCENARIOS  # noqa: E402
+from faultrun import Campaign  # noqa: E402
 
 
 def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = True) -> Any:
     """A Campaign as far as scheduling goes: no cluster needed to draw faults."""
-    c = object.__new__(faultrun.Campaign)
+    c = object.__new__(Campaign)
     c.rng = random.Random(seed)
     c.kinds = kinds
-    c.apiserver = object.__new__(faultrun.Apiserver) if apiserver else None  # not started
+    c.apiserver = object.__new__(Apiserver) if apiserver else None  # not started
     return c
 
 
 def draws(c: Any, runs: int = 20) -> list[list[tuple[str, dict[str, Any]]]]:
-    s = faultrun.SCENARIOS
+    s = SCENARIOS
     return [c.schedule(s[i % len(s)], 4) for i in range(runs)]
 
 
@@ -54,7 +57,7 @@ def test_split_brain_fails_the_lease_renewals_and_outages_need_our_own_apiserver
 
 def test_an_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown fault kinds"):
-        faultrun.Campaign(Path("/nonexistent"), Path("/tmp"), 1, kinds=frozenset({"5OO"}))
+        Campaign(Path("/nonexistent"), Path("/tmp"), 1, kinds=frozenset({"5OO"}))
 
 
 def pod(uid: str, rv: str, created: str) -> dict[str, Any]:
@@ -65,6 +68,6 @@ def pod(uid: str, rv: str, created: str) -> dict[str, Any]:
 def test_a_relist_after_a_restart_records_what_changed_gone_first() -> None:
     live = {"a": pod("a", "1", "t1"), "b": pod("b", "2", "t1"), "c": pod("c", "3", "t1")}
     items = [pod("e", "9", "t3"), pod("b", "2", "t1"), pod("c", "7", "t1"), pod("d", "8", "t2")]
-    got = [(t, p["metadata"]["uid"]) for t, p in faultrun.relist_events(live, items)]
+    got = [(t, p["metadata"]["uid"]) for t, p in relist_events(live, items)]
     assert got == [("DELETED", "a"), ("ADDED", "d"), ("ADDED", "e"), ("MODIFIED", "c")]
-    assert faultrun.relist_events({}, []) == []
+    assert relist_events({}, []) == []

@@ -1,0 +1,207 @@
+"""What the fault campaign (tests/integration/faultrun.py) drives of its cluster: a local
+cluster of its own with what the scenarios need, its apiserver stopped or restarted (one
+outage at a time, campaign-wide), and the campaign's own client, which outlasts outages."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from campaign_scenarios import KUEUE, SKEWED_NODES, Scenario, needs_of
+from dtj import GROUP, PLURAL, VERSION
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from localkube.testing import wait_for
+
+MIN_UP_SECONDS = 45.0  # between two apiserver outages, campaign-wide
+
+
+class Apiserver:
+    """The apiserver of the campaign's own cluster (a localkube Cluster), which runs stop
+    (SIGSTOP) or kill and start again. One such fault at a time in the whole campaign, each
+    carried out by one thread that lives as long as the campaign: a restarted apiserver gets
+    SIGTERM when the thread that started it ends (localkube's die_with_parent)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self._work: queue.Queue[tuple[Callable[[], None], list[BaseException], threading.Event]]
+        self._work = queue.Queue()
+        # Seconds the apiserver has been stopped or restarting, campaign-wide: every run's
+        # deadline is extended by what it lived through (a run cannot finish while it is down).
+        self.down = 0.0
+        threading.Thread(target=self._serve, name="apiserver-faults", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            act, errors, done = self._work.get()
+            start = time.monotonic()
+            try:
+                act()
+            except Exception as e:  # noqa: BLE001 - handed to the run that asked
+                errors.append(e)
+            finally:
+                self.down += time.monotonic() - start
+                done.set()
+            # Up for a while before the next one: with runs side by side, their outages back
+            # to back kept the apiserver down most of the time (no namespace got its default
+            # ServiceAccount within a minute), which tests nothing but patience.
+            time.sleep(MIN_UP_SECONDS)
+
+    def _do(self, act: Callable[[], None]) -> None:
+        errors: list[BaseException] = []
+        done = threading.Event()
+        self._work.put((act, errors, done))
+        done.wait()
+        if errors:
+            raise errors[0]
+
+    def pid(self) -> int:
+        pid: int = self.cluster.status()["components"]["kube-apiserver"]["pid"]
+        return pid
+
+    def pause(self, seconds: float) -> None:
+        def act() -> None:
+            pid = self.pid()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(seconds)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        self._do(act)
+
+    def restart(self, down_for: float) -> None:
+        def act() -> None:
+            self.cluster.restart_component("kube-apiserver", down_for, 120)
+            # Ready is not yet serving: until the CRDs' paths are installed it answers 503.
+            custom = client.CustomObjectsApi(resilient_client(self.cluster.kubeconfig))
+            wait_for("our API served", lambda: _serves(custom), 120, interval=0.5)
+
+        self._do(act)
+
+
+def _serves(custom: client.CustomObjectsApi) -> bool:
+    try:
+        custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+    except ApiException as e:
+        if e.status == 503:
+            return False
+        raise
+    return True
+
+
+def resilient_client(kubeconfig: Path) -> client.ApiClient:
+    """The campaign's own client: a request the apiserver refused because it was down (a
+    restart fault of any run) is tried again for about a minute, and so are a read whose
+    connection broke and one answered 503 (a restarted apiserver installing its paths);
+    other writes are not (they may have landed: see create_retrying)."""
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    cfg.retries = urllib3.Retry(
+        total=None, connect=40, read=3, status=30, other=0, backoff_factor=0.5, backoff_max=2,
+        status_forcelist={503}, raise_on_status=False,
+    )  # fmt: skip
+    return client.ApiClient(cfg)
+
+
+class Pauser:
+    """The run's apiserver faults in turn, each `after` seconds from the start (or from the
+    end of the previous one): a pause (SIGSTOP, then SIGCONT) or a restart (SIGKILL, then
+    started again). Others' runs wait meanwhile (one at a time, Apiserver); a fault that
+    could not be carried out is the run's violation."""
+
+    def __init__(
+        self,
+        apiserver: Apiserver | None,
+        outages: list[tuple[str, dict[str, Any]]],
+        abort: threading.Event,
+    ) -> None:
+        self.fired: Counter[str] = Counter()
+        self.unfired = Counter(kind for kind, _ in outages)
+        self.errors: list[str] = []
+        self._abort = abort
+        self._thread: threading.Thread | None = None
+        if apiserver is not None and outages:
+            self._thread = threading.Thread(target=self._go, args=(apiserver, outages), daemon=True)
+            self._thread.start()
+
+    def _go(self, apiserver: Apiserver, outages: list[tuple[str, dict[str, Any]]]) -> None:
+        for kind, o in outages:
+            if self._abort.wait(o["after"]):
+                return  # the campaign stopped: its cluster may be gone
+            try:
+                if o["apiserver"] == "pause":
+                    apiserver.pause(o["seconds"])
+                else:
+                    apiserver.restart(o["seconds"])
+            except Exception as e:  # noqa: BLE001 - the run's violation
+                self.errors.append(f"{kind}: {e!r}")
+                return
+            self.fired[kind] += 1
+            self.unfired[kind] -= 1
+
+    def join(self) -> tuple[Counter[str], Counter[str], list[str]]:
+        """(fired, not fired, errors), once every fault was carried out."""
+        if self._thread is not None:
+            self._thread.join()
+        return self.fired, +self.unfired, self.errors
+
+
+@contextmanager
+def local_cluster(workdir: Path, needs: frozenset[str] = frozenset()) -> Iterator[Any]:
+    """A local cluster of its own (2 nodes, CRD installed): a localkube Cluster. With the
+    scenarios' `needs` (campaign_scenarios): KUEUE runs Kueue's manager (its CRDs and
+    webhooks) beside it; SKEWED_NODES adds two tainted nodes with clocks of their own (an
+    hour ahead, six hours behind). Only then: the other runs do not pay for them."""
+    from campaign_scenarios import CLOCK_LABEL, CLOCK_SKEWS, CLOCK_TAINT, EXTERNAL_FRAMEWORK
+    from localkube.components import NodeSpec, default_nodes
+    from localkube.controlplane import Cluster
+    from localkube.kueue import Kueue
+    from localkube.testing import pick_base, unique_cluster_name
+    from operator_fixtures import install_crd
+
+    nodes = default_nodes(2, cpu="8", memory="32Gi", gpus=0)
+    if SKEWED_NODES in needs:
+        nodes += [
+            NodeSpec(f"node-{clock}", labels={CLOCK_LABEL: clock}, taints=[CLOCK_TAINT],
+                     clock_skew_seconds=skew)
+            for clock, skew in CLOCK_SKEWS.items()
+        ]  # fmt: skip
+    cluster = Cluster(
+        workdir / "cluster", name=unique_cluster_name("fr"), base=pick_base(),
+        nodes=nodes, die_with_parent=True,
+    )  # fmt: skip
+    kueue: Kueue | None = None
+    try:
+        cluster.up(timeout=180)
+        install_crd(config.new_client_from_config(config_file=str(cluster.kubeconfig)))
+        if KUEUE in needs:
+            (workdir / "kueue").mkdir(exist_ok=True)
+            kueue = Kueue(cluster, workdir / "kueue", [EXTERNAL_FRAMEWORK]).start()
+        yield cluster
+    finally:
+        if kueue is not None:
+            kueue.stop()
+        cluster.down()
+
+
+@contextmanager
+def cluster_for(
+    kubeconfig: Path | None, workdir: Path, scenarios: list[Scenario] | None = None
+) -> Iterator[tuple[Path, Apiserver | None]]:
+    """The cluster given (it must have what the scenarios need), or one of our own with
+    what they need (then also its apiserver: the campaign may stop or restart it)."""
+    if kubeconfig is not None:
+        yield kubeconfig, None
+    else:
+        with local_cluster(workdir, needs_of(scenarios or [])) as cluster:
+            yield Path(cluster.kubeconfig), Apiserver(cluster)
