@@ -31,6 +31,10 @@ from kubernetes.client.exceptions import ApiException
 from localkube.testing import create_namespace, wait_for
 
 JOB_TIMEOUT = 240.0  # plus the time the apiserver was down meanwhile (Apiserver.down)
+# A new namespace's default ServiceAccount comes from kube-controller-manager, which after an
+# apiserver restart (another run's fault) lists everything again before it acts: on the
+# loaded 2-core machine that took over a minute.
+NAMESPACE_READY_SECONDS = 180.0
 SETTLE_TIMEOUT = 90.0
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
 
@@ -80,7 +84,7 @@ class Runner:
     def namespace(self, index: int) -> Iterator[str]:
         # Not from the seeded generator: campaigns on one cluster must not share names.
         ns = f"faults-{index}-{secrets.token_hex(3)}"
-        create_retrying(lambda: create_namespace(self.api, ns))
+        create_retrying(lambda: create_namespace(self.api, ns, NAMESPACE_READY_SECONDS))
         core = client.CoreV1Api(self.api)
         try:
             yield ns

@@ -87,6 +87,9 @@ class Tally:
     kills: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)  # each run's wall time
+    # Runs the driver could not carry through (its own request to the cluster failed, e.g.
+    # a namespace that got no ServiceAccount in time): not judged, but counted and failing.
+    harness: list[str] = field(default_factory=list)
 
 
 class Campaign(Runner):
@@ -205,7 +208,16 @@ class Campaign(Runner):
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
                     s = running.pop(future)
-                    got = self.judge(s, future.result())
+                    try:
+                        got = self.judge(s, future.result())
+                    except Exception as e:  # noqa: BLE001 - one run's harness, not the campaign
+                        if self._abort.is_set():
+                            raise
+                        with self._lock:
+                            self.tally[s.name].harness.append(f"{type(e).__name__}: {e}"[:300])
+                        print(f"{s.name}: HARNESS ERROR (not judged): {e!r}"[:400], flush=True)
+                        runs += 1  # started: an always-failing harness must still end
+                        continue
                     total += sum(got.fired.values())
                     runs += 1
                     print(
@@ -214,7 +226,7 @@ class Campaign(Runner):
                         f"violations {got.violations}",
                         flush=True,
                     )
-        return not any(t.violations for t in self.tally.values())
+        return not any(t.violations or t.harness for t in self.tally.values())
 
     def table(self) -> str:
         names = [s.name for s in self.scenarios]
@@ -237,6 +249,7 @@ class Campaign(Runner):
             line("operator kills survived", lambda t: t.kills),
             line("runs", lambda t: t.runs),
             line("**invariant violations**", lambda t: len(t.violations)),
+            line("runs the harness could not finish", lambda t: len(t.harness)),
         ]
         every = [x for n in names for x in self.tally[n].seconds]
         cells = [round(_mean(self.tally[n].seconds)) for n in names]
@@ -328,10 +341,12 @@ def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
     for t in c.tally.values():
         for v in t.violations:
             print("VIOLATION:", v)
+        for h in t.harness:
+            print("HARNESS ERROR:", h)
     if args.json:
         tally = {
             n: {"runs": t.runs, "fired": t.fired, "unfired": t.unfired, "kills": t.kills,
-                "violations": t.violations, "seconds": t.seconds}
+                "violations": t.violations, "seconds": t.seconds, "harness": t.harness}
             for n, t in c.tally.items()
         }  # fmt: skip
         args.json.write_text(json.dumps(tally, indent=1))

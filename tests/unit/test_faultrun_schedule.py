@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 import sys
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from campaign_cluster import Apiserver  # noqa: E402
 from campaign_monitor import relist_events  # noqa: E402
+from campaign_run import Run  # noqa: E402
 from campaign_scenarios import SCENARIOS  # noqa: E402
-from faultrun import Campaign  # noqa: E402
+from faultrun import Campaign, Tally  # noqa: E402
 
 
 def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = True) -> Any:
@@ -71,3 +74,28 @@ def test_a_relist_after_a_restart_records_what_changed_gone_first() -> None:
     got = [(t, p["metadata"]["uid"]) for t, p in relist_events(live, items)]
     assert got == [("DELETED", "a"), ("ADDED", "d"), ("ADDED", "e"), ("MODIFIED", "c")]
     assert relist_events({}, []) == []
+
+
+def test_a_run_the_harness_cannot_finish_is_counted_and_the_campaign_goes_on() -> None:
+    # One run's own request to the cluster fails (a namespace that got no ServiceAccount in
+    # time): the campaign records it apart from the operator's violations, fails, and
+    # carries on with the other runs instead of losing them all.
+    c = campaign(4, apiserver=False)
+    c.scenarios = SCENARIOS[:2]
+    c.tally = {s.name: Tally() for s in c.scenarios}
+    c.reference = {}
+    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    broken = c.scenarios[0].name
+
+    def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
+        if scenario.name == broken and not reference:
+            raise TimeoutError("timed out waiting for default ServiceAccount")
+        return Run({}, Counter({"500": 1}), Counter(), 0, [], 1.0)
+
+    c.run = run
+    ok = c.campaign(faults_wanted=0, per_run=1, runs_wanted=4, parallel=2)
+    assert not ok
+    assert len(c.tally[broken].harness) == 2 and "ServiceAccount" in c.tally[broken].harness[0]
+    assert c.tally[broken].runs == 0 and not c.tally[broken].violations
+    assert c.tally[c.scenarios[1].name].runs == 2
+    assert "runs the harness could not finish | 2 | 0 | 2 |" in c.table()
