@@ -33,7 +33,7 @@ class Operator:
         args: tuple[str, ...] = (),
     ) -> None:
         """`elect`: one of several replicas, electing a leader on the run's namespace's
-        Lease."""
+        Lease. An empty `ns` watches every namespace (bench/restart_modes.py)."""
         self.log_path = log
         self.rules = rules  # (kind, rule) as given to its fault seam
         self.fault_log = log.with_suffix(".faults")
@@ -42,7 +42,8 @@ class Operator:
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), env.get("PYTHONPATH", "")])
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "torchrun_operator.main", "--namespace", ns,
+                [sys.executable, "-m", "torchrun_operator.main",
+                 *(["--namespace", ns] if ns else []),
                  "--liveness-port", "0", "--metrics-port", str(self.metrics_port),
                  *(["--leader-election-namespace", ns] if elect else []), *args],
                 env=env, stdout=out, stderr=subprocess.STDOUT,

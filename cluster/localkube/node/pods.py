@@ -145,18 +145,34 @@ class ContainerRun:
         )
 
 
+# A kubelet sends its final delete until the apiserver takes it: an apiserver restart (15 s
+# down in the fault campaign) outlasts kapi.retry's back-off, and a pod whose delete was
+# given up on stays Terminating in the API for ever, holding its job's next attempt.
+FINAL_DELETE_RETRY_SECONDS = 2.0
+
+
 def delete_pod(ctx: NodeContext, ns: str, name: str, uid: str) -> None:
-    """The kubelet's last word on a pod: remove it now, but only this incarnation of it."""
+    """The kubelet's last word on a pod: remove it now, but only this incarnation of it;
+    sent again while the apiserver cannot be reached or answers 5xx, until the node stops."""
     body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-    try:
-        kapi.retry(
-            lambda: kapi.raw(ctx.core.delete_namespaced_pod, name, ns, body=body),
-            f"delete pod {ns}/{name}",
-            ok_statuses=(404, 409),
-            stop=ctx.stop.is_set,
-        )
-    except ApiException as e:
-        log.warning("pod %s/%s: final delete failed: %s", ns, name, e)
+    while True:
+        try:
+            kapi.retry(
+                lambda: kapi.raw(ctx.core.delete_namespaced_pod, name, ns, body=body),
+                f"delete pod {ns}/{name}",
+                ok_statuses=(404, 409),
+                stop=ctx.stop.is_set,
+            )
+            return
+        except ApiException as e:
+            if e.status is not None and e.status < 500:
+                log.warning("pod %s/%s: final delete failed: %s", ns, name, e)
+                return
+            log.warning("pod %s/%s: final delete failed (%s), will retry", ns, name, e.status)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            log.warning("pod %s/%s: final delete not sent (%s), will retry", ns, name, e)
+        if ctx.stop.wait(FINAL_DELETE_RETRY_SECONDS):
+            return
 
 
 class PodWorker(threading.Thread):

@@ -1,18 +1,21 @@
-"""The process node's pod status, published through an apiserver that is down (restarted):
-a failed publish is reported, not raised, so the pod's worker lives on and publishes the
-pod's final status once the apiserver is back (a real kubelet's status manager retries the
-same way). Before, the worker crashed and the pod stayed Running in the API for ever."""
+"""The process node's pod status and final delete, sent through an apiserver that is down
+(restarted): a failed publish is reported, not raised, so the pod's worker lives on and
+publishes the pod's final status once the apiserver is back, and its final delete is sent
+again until it lands (a real kubelet retries the same way). Before, the worker crashed and
+the pod stayed Running, or Terminating, in the API for ever."""
 
 from __future__ import annotations
 
 import functools
+import http.server
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 from localkube import procs
-from localkube.node import kapi
+from localkube.node import kapi, pods
 from localkube.node.hostpaths import CreatedPaths
 from localkube.node.nodes import NodeConfig
 from localkube.node.pods import Ipam, NodeContext, PodWorker
@@ -39,3 +42,48 @@ def test_a_status_the_apiserver_cannot_take_is_kept_to_publish_again(
     worker = PodWorker(ctx, NodeConfig("n", 0), pod, on_done=lambda uid: None)
     assert worker._publish() is False
     assert worker.published is None  # so the next publish sends it again
+
+
+def test_the_final_delete_is_sent_again_until_the_apiserver_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before, the worker crashed on the connection error once kapi.retry gave up, and the
+    # pod stayed Terminating in the API for ever (a fault campaign's apiserver restart).
+    monkeypatch.setattr(kapi, "retry", functools.partial(kapi.retry, attempts=1))
+    monkeypatch.setattr(pods, "FINAL_DELETE_RETRY_SECONDS", 0.1)
+    port = procs.free_port()
+    deletes: list[str] = []
+
+    class Apiserver(http.server.BaseHTTPRequestHandler):
+        def do_DELETE(self) -> None:  # noqa: N802 - http.server's name
+            deletes.append(self.path)
+            body = b'{"kind": "Status", "status": "Success"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    def back_later() -> None:
+        time.sleep(0.5)  # down first: the deletes sent meanwhile find nothing listening
+        server = http.server.HTTPServer(("127.0.0.1", port), Apiserver)
+        server.handle_request()
+        server.server_close()
+
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    cfg.retries = 0
+    ctx = NodeContext(
+        api=client.ApiClient(cfg), state_dir=tmp_path, bridge="br-test", base=250,
+        dns_ip="10.250.0.10", api_host="127.0.0.1", api_port=1, backoff_base=1,
+        backoff_cap=1, created=CreatedPaths(tmp_path / "created.json"),
+        stop=threading.Event(), ipam=Ipam(250),
+    )  # fmt: skip
+    apiserver = threading.Thread(target=back_later)
+    apiserver.start()
+    pods.delete_pod(ctx, "ns", "p", "u1")
+    apiserver.join(5)
+    assert deletes == ["/api/v1/namespaces/ns/pods/p"]
