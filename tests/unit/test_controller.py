@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from torchrun_operator import metrics
 from torchrun_operator.controller import Controller
 from torchrun_operator.launcher import contract
+from torchrun_operator.reconcile import overdue
 from torchrun_operator.render.configmap import launcher_digest, packaged_launcher
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,6 +61,9 @@ class FakeApi:
         self.rv = 1
         self.objects: dict[tuple[str, str], Obj] = {}  # (kind, name) -> object
         self.calls: list[tuple[str, str]] = []  # (verb, what), in order
+        self.forced: list[str] = []  # pods deleted with a grace period of 0
+        self.dead_nodes: set[str] = set()  # spec.nodeName of pods no kubelet deletes
+        self.now = T0  # the apiserver's clock (deletionTimestamp)
         self.fail: Callable[[str, str], int | str | None] = lambda verb, what: None
 
     def _bump(self, obj: Obj) -> None:
@@ -115,13 +119,18 @@ class FakeApi:
     def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
         return self._read("ConfigMap", name)
 
-    def delete_pod(self, ns: str, name: str, uid: str | None) -> Obj:
+    def delete_pod(self, ns: str, name: str, uid: str | None, force: bool = False) -> Obj:
+        self.forced += [name] if force else []
         fault = self._fault("delete", f"Pod/{name}")
         pod = self.objects.get(("Pod", name))
         if pod is None:
             raise ApiException(status=404, reason="NotFound")
         if uid is not None and uid != pod["metadata"]["uid"]:
             raise ApiException(status=409, reason="Conflict")
+        if pod["spec"].get("nodeName") in self.dead_nodes and not force:
+            # No kubelet confirms: the pod stays, Terminating (its grace period is 0 here).
+            pod["metadata"].setdefault("deletionTimestamp", self.now.isoformat())
+            return pod
         del self.objects[("Pod", name)]  # terminal pods go at once; enough here
         if fault == "lost":
             raise Lost(name)
@@ -220,6 +229,7 @@ class Harness:
         """One reconcile as after a watch event; an injected error is swallowed, as the
         worker does (and retried at the next sync)."""
         self.t += timedelta(seconds=advance)
+        self.api.now = self.t
         if self.api.job is None:
             return
         self.ctrl.jobs.put(copy.deepcopy(self.api.job))
@@ -332,6 +342,27 @@ def test_gang_restart_keeps_its_cause_when_the_write_is_lost() -> None:
     assert st["attempt"] == 1 and st["counters"]["restarts"] == 1
     assert st["failure"]["reason"] == "OOMKilled" and st["failure"]["pod"] == "job-1"
     assert [r["reason"] for r in st["restarts"]] == ["OOMKilled"]
+    assert set(h.api.pods()) == {"job-0-a1", "job-1-a1"}
+
+
+def test_a_pod_no_kubelet_deletes_is_deleted_by_force_and_the_gang_restarts() -> None:
+    h = Harness(make_job())
+    start(h)
+    h.api.set_pod("job-0", running())
+    h.api.set_pod("job-1", terminated(137, reason="OOMKilled"))
+    h.api.pods()["job-0"]["spec"]["nodeName"] = "gone"
+    h.api.dead_nodes.add("gone")
+    h.sync(1)
+    h.sync(30)  # past the settle window: the restart is decided, job-0 deleted
+    assert h.status["phase"] == "Restarting"
+    assert h.api.pods()["job-0"]["metadata"]["deletionTimestamp"]
+    h.sync(60)
+    assert set(h.api.pods()) == {"job-0"} and h.api.forced == []  # still in its grace
+    h.sync(overdue.FORCE_DELETE_AFTER_SECONDS)
+    assert h.api.forced == ["job-0"]
+    assert wait_event(h, "PodForceDeleted")
+    h.sync(1)
+    assert h.status["attempt"] == 1
     assert set(h.api.pods()) == {"job-0-a1", "job-1-a1"}
 
 

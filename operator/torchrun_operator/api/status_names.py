@@ -125,6 +125,7 @@ class Reason(StrEnum):
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"
+    POD_FORCE_DELETED = "PodForceDeleted"  # its kubelet never confirmed (reconcile/overdue.py)
     # PodInputRejected: a pod's status answer or report broke the pod contract
     POD_ANSWER_REJECTED = "PodAnswerRejected"
 

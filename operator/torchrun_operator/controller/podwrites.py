@@ -80,11 +80,11 @@ class PodWrites(Children):
         meta = job["metadata"]
         self.queue.add((meta["namespace"], meta["name"]), after=delay)
 
-    def _delete_pod(self, ns: str, name: str, uid: str | None) -> None:
+    def _delete_pod(self, ns: str, name: str, uid: str | None, force: bool = False) -> None:
         """Deletes exactly the pod the plan was made from: the uid precondition makes a pod
-        that someone re-created under the name since (409) safe."""
+        that someone re-created under the name since (409) safe. `force`: grace period 0."""
         try:
-            body = self.writes.delete_pod(ns, name, uid)
+            body = self.writes.delete_pod(ns, name, uid, force)
             metrics.count_api_call("delete", "pod", 200)
             if body.get("kind") == "Pod":
                 # Now carries deletionTimestamp; unless the watch already saw it deleted.

@@ -180,11 +180,14 @@ class Writes:
         """Creates a Pod, Service, ConfigMap, Event or NetworkPolicy; the created object."""
         return send(self.api, "POST", _collection(ns, obj["kind"]), obj)
 
-    def delete_pod(self, ns: str, name: str, uid: str | None) -> Any:
+    def delete_pod(self, ns: str, name: str, uid: str | None, force: bool = False) -> Any:
         """Deletes the pod, only if it still has `uid` when one is given (409 otherwise);
-        the pod as marked for deletion, or a Status."""
-        options = {"preconditions": {"uid": uid}} if uid else None
-        return send(self.api, "DELETE", _collection(ns, "Pod") + path(name), options)
+        the pod as marked for deletion, or a Status. `force`: a grace period of 0, which
+        removes the pod without waiting for its kubelet (reconcile/overdue.py)."""
+        options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
+        if force:
+            options["gracePeriodSeconds"] = 0
+        return send(self.api, "DELETE", _collection(ns, "Pod") + path(name), options or None)
 
     def patch_status(
         self, group: str, version: str, ns: str, plural: str, name: str, patch: list[Any]

@@ -43,6 +43,7 @@ class Ctx:
     live: dict[str, Live] = field(default_factory=dict)  # pod uid -> its launcher's status
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
+    force_delete: list[str] = field(default_factory=list)  # reconcile/overdue.py
     events: list[Event] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     requeue: list[float] = field(default_factory=list)
@@ -136,6 +137,7 @@ class Ctx:
         return Plan(
             create=[] if self.blocked else self.create,
             delete=self.delete,
+            force_delete=self.force_delete,
             status=budget.bound(self.status),
             events=self.events,
             requeue_after=min(max(0.0, min(positive)), MAX_REQUEUE_SECONDS) if positive else None,

@@ -27,7 +27,7 @@ from ..api.models import JobSpec
 from ..api.runtimemerge import explain
 from ..api.status_names import FINISHED, ConditionType, Phase, Reason
 from ..render import world_size
-from . import attempts, gang, nospec
+from . import attempts, gang, nospec, overdue
 from . import conditions as cond
 from .admission import Admission
 from .context import MAX_REQUEUE_SECONDS, Ctx, renamed
@@ -150,6 +150,7 @@ def reconcile(
         gang.record(ctx.status, spec, ctx.name)
         _report_blocked(ctx)
     say_refused(ctx, live)
+    overdue.force(ctx)
     return ctx.plan()
 
 

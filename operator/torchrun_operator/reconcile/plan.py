@@ -50,12 +50,15 @@ Transition = PhaseChanged | Restarted | Reached
 
 @dataclass(frozen=True)
 class Plan:
-    """Apply in order: patch status (only if it differs from the job's), delete pods, create
-    pods, emit events, then requeue or delete the job. Creates treat 409 as done and deletes
-    treat 404 as done: plans are recomputed from scratch every time."""
+    """Apply in order: patch status (only if it differs from the job's), delete pods (and
+    force the deletion of those in `force_delete`), create pods, emit events, then requeue or
+    delete the job. Creates treat 409 as done and deletes treat 404 as done: plans are
+    recomputed from scratch every time."""
 
     create: list[dict[str, Any]] = field(default_factory=list)
     delete: list[str] = field(default_factory=list)
+    # Pods still Terminating long after their grace period: deleted with a grace of 0.
+    force_delete: list[str] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None

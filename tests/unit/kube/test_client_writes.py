@@ -41,6 +41,16 @@ def test_delete_pod_carries_the_uid_precondition() -> None:
     ]
 
 
+def test_a_forced_delete_asks_for_a_grace_period_of_0() -> None:
+    t = FakeTransport(body={"kind": "Status", "status": "Success"})
+    kclient.Writes(api(t)).delete_pod("ns", "p-0", "u1", force=True)
+    kclient.Writes(api(t)).delete_pod("ns", "p-1", None, force=True)
+    assert [s.body for s in t.sent] == [
+        {"preconditions": {"uid": "u1"}, "gracePeriodSeconds": 0},
+        {"gracePeriodSeconds": 0},
+    ]
+
+
 def test_patch_status_sends_a_json_patch_to_the_status_subresource() -> None:
     t = FakeTransport(body={"kind": "DistributedTrainingJob", "status": {"phase": "Running"}})
     writes = kclient.Writes(api(t))
