@@ -49,12 +49,15 @@ def spread(job: str) -> dict[str, Any]:
 
 @contextmanager
 def node_lost(
-    cluster: Any, kube: client.ApiClient, node: str, ready_timeout: float
+    cluster: Any, kube: client.ApiClient, node: str, ready_timeout: float, dead: bool = False
 ) -> Iterator[None]:
     """Pauses `node`'s heartbeats for the block; afterwards resumes them and waits (up to
     `ready_timeout` s) until the node is Ready with no node.kubernetes.io/ taint left, so the
-    next test finds both nodes usable."""
-    pause = Path(cluster.layout.node_state) / node / "pause-heartbeat"
+    next test finds both nodes usable. `dead`: its kubelet is gone altogether (`<node>/dead`):
+    nothing of its pods reaches the apiserver either, so a pod deleted there stays
+    Terminating until someone forces it."""
+    marker = "dead" if dead else "pause-heartbeat"
+    pause = Path(cluster.layout.node_state) / node / marker
     core = client.CoreV1Api(kube)
     pause.touch()
     try:

@@ -36,11 +36,9 @@ def kept_off(pod: Any) -> list[str]:
     return out
 
 
-def test_the_attempt_after_a_lost_node_keeps_off_it(
-    cluster: Any, kube: client.ApiClient, namespace: str
-) -> None:
-    name = "lost-node-avoided"
-    doc = jobs.job(
+def sleeping_job(name: str) -> dict[str, Any]:
+    """Two pods, one per node, that sleep; evicted 2 s after their node's taint."""
+    return jobs.job(
         name,
         nodes=2,
         nproc=1,
@@ -55,15 +53,22 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
         rendezvous={"joinTimeoutSeconds": 90},
         failurePolicy={"maxRestarts": 2, "backoffSeconds": 1},
     )
-    apply(kube, namespace, [doc])
+
+
+def placed(kube: client.ApiClient, namespace: str, name: str) -> dict[str, str] | None:
+    """Each Running pod's node by pod index, once both run."""
+    pods = [p for p in job_pods(kube, namespace, name) if p.status.phase == "Running"]
+    by_index = {p.metadata.labels["torchrun.dev/index"]: p.spec.node_name for p in pods}
+    return by_index if len(by_index) == 2 else None
+
+
+def test_the_attempt_after_a_lost_node_keeps_off_it(
+    cluster: Any, kube: client.ApiClient, namespace: str
+) -> None:
+    name = "lost-node-avoided"
+    apply(kube, namespace, [sleeping_job(name)])
     core = client.CoreV1Api(kube)
-
-    def placed() -> dict[str, str] | None:
-        pods = [p for p in job_pods(kube, namespace, name) if p.status.phase == "Running"]
-        by_index = {p.metadata.labels["torchrun.dev/index"]: p.spec.node_name for p in pods}
-        return by_index if len(by_index) == 2 else None
-
-    nodes = wait_for("both pods running", placed, timeout=120, interval=1)
+    nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
     node, other = nodes["1"], nodes["0"]
     assert node != other, "both pods on one node: losing it would not be losing one pod"
     with node_lost(cluster, kube, node, ready_timeout=90):
@@ -96,3 +101,40 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
         assert "Avoided nodes (the job's pods keep off them):" in text, text
         row = next(line for line in text.splitlines() if line.startswith(node + " "))
         assert avoided["reason"] in row, text
+
+
+def test_a_pod_left_terminating_on_a_dead_node_is_deleted_by_force(
+    cluster: Any, kube: client.ApiClient, namespace: str
+) -> None:
+    # The node's kubelet is gone: the evicted pod stays Terminating, and the next attempt,
+    # whose pod of that index has the same hostname, would wait for it for ever.
+    name = "dead-node"
+    apply(kube, namespace, [sleeping_job(name)])
+    nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
+    node, other = nodes["1"], nodes["0"]
+    assert node != other, "both pods on one node: losing it would not be losing one pod"
+    core = client.CoreV1Api(kube)
+    with node_lost(cluster, kube, node, ready_timeout=90, dead=True):
+
+        def stuck() -> Any:
+            pod = next(
+                (p for p in job_pods(kube, namespace, name) if p.metadata.name == f"{name}-1"),
+                None,
+            )
+            return pod if pod is not None and pod.metadata.deletion_timestamp else None
+
+        wait_for("the dead node's pod Terminating", stuck, timeout=90, interval=1)
+
+        def restarted() -> list[Any] | None:
+            pods = job_pods(kube, namespace, name)
+            new = [p for p in pods if p.metadata.labels.get("torchrun.dev/attempt") == "1"]
+            running = [p for p in new if p.status.phase == "Running"]
+            return running if len(running) == 2 else None
+
+        # 2 s of grace, then FORCE_DELETE_AFTER_SECONDS (120 s), then attempt 1 starts.
+        pods = wait_for("attempt 1 running", restarted, timeout=240, interval=1)
+        assert {p.spec.node_name for p in pods} == {other}
+        assert f"{name}-1" not in {p.metadata.name for p in job_pods(kube, namespace, name)}
+        events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+        said = [e.message or "" for e in events.items if e.reason == "PodForceDeleted"]
+        assert said and f"pod {name}-1 (node {node})" in said[0], said

@@ -7,7 +7,11 @@ kubelet on a machine whose clock is off writes them. The processes in its pods s
 host's clock (the launcher's own report times are not skewed).
 
 A test pauses a node's heartbeats by creating `STATE_DIR/<node>/pause-heartbeat`; deleting
-the file resumes them (the Node turns Ready again with the next status update).
+the file resumes them (the Node turns Ready again with the next status update). With
+`STATE_DIR/<node>/dead` the node's kubelet is gone (`dead`): no heartbeat, and nothing of its
+pods reaches the apiserver either, no status and no final delete (pods.py), so a pod deleted
+there stays Terminating, as on a node that was powered off; its processes run on, as on a
+node cut off from the apiserver. Deleting the file brings the kubelet back.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ from kubernetes.client.exceptions import ApiException
 from . import kapi
 
 log = logging.getLogger(__name__)
+
+
+def dead_marker(state_dir: Path, node: str) -> Path:
+    """The file whose presence says the node's kubelet is gone (see the module's doc)."""
+    return state_dir / node / "dead"
+
+
 KUBELET_VERSION = "v1.37.2"  # what cluster/build.sh builds by default
 LEASE_SECONDS = 40
 RENEW_SECONDS = 10.0
@@ -160,6 +171,7 @@ class NodeAgent:
         self.coord = client.CoordinationV1Api(api)
         self.cfg, self.ip, self.stop = cfg, internal_ip, stop
         self.pause_file = state_dir / cfg.name / "pause-heartbeat"
+        self.dead_file = dead_marker(state_dir, cfg.name)
         self.pause_file.parent.mkdir(parents=True, exist_ok=True)
         self.started = now_rfc3339(cfg.clock_skew_seconds)
         self.node_uid = ""
@@ -167,7 +179,7 @@ class NodeAgent:
 
     @property
     def paused(self) -> bool:
-        return self.pause_file.exists()
+        return self.pause_file.exists() or self.dead_file.exists()
 
     def register(self) -> None:
         body = node_object(self.cfg)

@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 from . import kapi, status, volumes
 from .env import ConfigError, PodFacts, container_argv, container_env
 from .hostpaths import CreatedPaths
-from .nodes import NodeConfig, now_rfc3339
+from .nodes import NodeConfig, dead_marker, now_rfc3339
 from .probes import ProbeTracker, run_probe
 from .runtime import ContainerProcess, Sandbox
 
@@ -151,11 +151,16 @@ class ContainerRun:
 FINAL_DELETE_RETRY_SECONDS = 2.0
 
 
-def delete_pod(ctx: NodeContext, ns: str, name: str, uid: str) -> None:
+def delete_pod(ctx: NodeContext, ns: str, name: str, uid: str, node: str | None = None) -> None:
     """The kubelet's last word on a pod: remove it now, but only this incarnation of it;
-    sent again while the apiserver cannot be reached or answers 5xx, until the node stops."""
+    sent again while the apiserver cannot be reached or answers 5xx, until the node stops.
+    Not while `node`'s kubelet is dead (nodes.py): then once it is back."""
     body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
     while True:
+        if node is not None and dead_marker(ctx.state_dir, node).exists():
+            if ctx.stop.wait(FINAL_DELETE_RETRY_SECONDS):
+                return
+            continue
         try:
             kapi.retry(
                 lambda: kapi.raw(ctx.core.delete_namespaced_pod, name, ns, body=body),
@@ -539,7 +544,7 @@ class PodWorker(threading.Thread):
         if self.vanished:
             return
         self._publish(final=True)
-        delete_pod(self.ctx, self.ns, self.pod_name, self.uid)
+        delete_pod(self.ctx, self.ns, self.pod_name, self.uid, self.node.name)
 
     def _kill_all(self, sig: int) -> None:
         for c in self.init + self.containers:
@@ -579,6 +584,8 @@ class PodWorker(threading.Thread):
         reached (restarted, down): the status stays unpublished, to be sent again."""
         if self.vanished:
             return True
+        if dead_marker(self.ctx.state_dir, self.node.name).exists():
+            return False  # a dead kubelet sends nothing; sent once it is back
         watched = dict(self.pod.get("status") or {})
         own = set(status.OWN_CONDITIONS)
         if self.published is not None:  # our own conditions: trust what we wrote last
@@ -670,7 +677,8 @@ class PodManager:
 
     def _delete_now(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        delete_pod(self.ctx, meta["namespace"], meta["name"], meta["uid"])
+        node = (pod.get("spec") or {}).get("nodeName")
+        delete_pod(self.ctx, meta["namespace"], meta["name"], meta["uid"], node)
 
     def _mark_restarted(self, node: NodeConfig, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -711,7 +719,11 @@ class PodManager:
         core = self.ctx.core
         selector = f"spec.nodeName={node.name}"
         delay = 0.5
+        dead = dead_marker(self.ctx.state_dir, node.name)
         while not self.ctx.stop.is_set():
+            if dead.exists():  # its kubelet is gone: it hears of nothing (nodes.py)
+                self.ctx.stop.wait(1.0)
+                continue
             try:
                 listing = kapi.raw(core.list_pod_for_all_namespaces, field_selector=selector)
                 items = listing.get("items") or []
@@ -727,7 +739,7 @@ class PodManager:
                     timeout_seconds=30,
                     allow_watch_bookmarks=False,
                 ):
-                    if self.ctx.stop.is_set():
+                    if self.ctx.stop.is_set() or dead.exists():
                         w.stop()
                         break
                     obj = event["raw_object"]

@@ -28,9 +28,10 @@ FORCE_DELETE_AFTER_SECONDS = 120.0
 
 
 def due_at(pod: PodView) -> float | None:
-    """When a deleting pod counts as abandoned by its kubelet; None if it is not deleting,
-    or has ended (the apiserver removes an ended pod without waiting for its kubelet)."""
-    if not pod.terminating or pod.terminal:
+    """When a deleting pod counts as abandoned by its kubelet; None if it is not deleting.
+    A pod that ended after it was deleted waits for its kubelet's last word too (a pod that
+    had ended when it was deleted is gone at once: the apiserver gives it no grace)."""
+    if not pod.terminating:
         return None
     deleted = seconds(pod.deletion_time)
     return None if deleted is None else deleted + FORCE_DELETE_AFTER_SECONDS

@@ -42,11 +42,12 @@ def test_a_pod_still_terminating_long_after_its_grace_period_is_deleted_by_force
     assert plan.status["attempt"] == 1 and len(plan.create) == 2
 
 
-def test_an_ended_pod_or_one_not_deleting_is_never_forced() -> None:
+def test_a_pod_that_ended_after_its_delete_is_forced_too_one_not_deleting_never() -> None:
+    # It ended (its peer was deleted) and its node died before its kubelet's final delete.
     job, pods = restarting()
-    ended = set_deleting(set_terminated(pods[0], 137, reason="Error"), 40)
-    plan, _, _ = step(job, [ended], 40 + 10 * FORCE_DELETE_AFTER_SECONDS)
-    assert plan.force_delete == []
+    ended = set_deleting(set_terminated(pods[0], 1, reason="Error"), 40)
+    plan, _, _ = step(job, [ended], 40 + FORCE_DELETE_AFTER_SECONDS)
+    assert plan.force_delete == ["job-0"]
     job, pods = start(make_job(nodes=2))
     running = [set_running(p, ready=True) for p in pods]
     assert reconcile(job, running, at(10_000)).force_delete == []
