@@ -357,6 +357,12 @@ class PodWorker(threading.Thread):
                 for c in self.init + self.containers:
                     c.reason, c.message = "CreateContainerConfigError", str(e)
                 return
+            except (ApiException, urllib3.exceptions.HTTPError) as e:
+                # The apiserver is away (restarted): a kubelet retries its volume set-up
+                # until it is back; this worker used to crash and leave the pod Pending.
+                for c in self.init + self.containers:
+                    c.reason, c.message = "ContainerCreating", f"volume set-up: {e}"[:300]
+                return
         for c in self.init:
             if c.state == "terminated" and c.exit_code == 0:
                 continue
@@ -399,8 +405,8 @@ class PodWorker(threading.Thread):
             c.env = container_env(self.pod, c.spec, self._facts(), self._lookup, self._base_env())
             argv = container_argv(c.spec, c.env)
             mounts = volumes.container_mounts(c.spec, self.vols)
-        except (ConfigError, ApiException, OSError) as e:
-            c.reason, c.message = "CreateContainerConfigError", str(e)
+        except (ConfigError, ApiException, OSError, urllib3.exceptions.HTTPError) as e:
+            c.reason, c.message = "CreateContainerConfigError", str(e)[:300]
             c.next_start = time.time() + 1.0
             return
         term_file = self.pod_dir / "termination" / c.name

@@ -87,3 +87,34 @@ def test_the_final_delete_is_sent_again_until_the_apiserver_is_back(
     pods.delete_pod(ctx, "ns", "p", "u1")
     apiserver.join(5)
     assert deletes == ["/api/v1/namespaces/ns/pods/p"]
+
+
+def test_volume_set_up_waits_for_an_apiserver_that_is_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Reading a ConfigMap volume's data through an apiserver that is down: the pod waits in
+    # ContainerCreating and is set up again at the next step; the worker used to crash and
+    # leave the pod Pending for ever.
+    monkeypatch.setattr(kapi, "retry", functools.partial(kapi.retry, attempts=1))
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{procs.free_port()}"  # nothing listens there
+    cfg.retries = 0
+    ctx = NodeContext(
+        api=client.ApiClient(cfg), state_dir=tmp_path, bridge="br-test", base=250,
+        dns_ip="10.250.0.10", api_host="127.0.0.1", api_port=1, backoff_base=1,
+        backoff_cap=1, created=CreatedPaths(tmp_path / "created.json"),
+        stop=threading.Event(), ipam=Ipam(250),
+    )  # fmt: skip
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "containers": [{"name": "c", "image": "i"}],
+            "restartPolicy": "Never",
+            "volumes": [{"name": "v", "configMap": {"name": "launcher"}}],
+        },
+    }
+    worker = PodWorker(ctx, NodeConfig("n", 0), pod, on_done=lambda uid: None)
+    worker.pod_dir.mkdir(parents=True)
+    worker._step()
+    assert worker.vols is None  # set up again at the next step
+    assert [(c.reason, c.state) for c in worker.containers] == [("ContainerCreating", "waiting")]
