@@ -520,6 +520,29 @@ def test_ttl_delete_carries_the_uid_precondition() -> None:
     assert deleted and deleted[0]["body"].preconditions.uid == UID
 
 
+def test_a_ttl_delete_answered_409_is_tried_again() -> None:
+    # Found by the fault campaign: the 409 was taken for done, and the finished job, which
+    # nothing else wakes, outlived its TTL for ever.
+    h = Harness(make_job(runPolicy={"ttlSecondsAfterFinished": 0}))
+    start(h)
+    for name in ("job-0", "job-1"):
+        h.api.set_pod(name, terminated(0))
+    h.api.fail = lambda verb, what: 409 if (verb, what) == ("delete", "job") else None
+    raised = []
+    for _ in range(3):
+        h.t += timedelta(seconds=1)
+        h.ctrl.jobs.put(copy.deepcopy(h.api.job))
+        h.ctrl.pods.replace_all(copy.deepcopy(list(h.api.pods().values())))
+        try:
+            h.ctrl.sync(("ns", "job"))
+        except ApiException as e:  # the worker tries again after its back-off
+            raised.append(e.status)
+    assert raised and set(raised) == {409} and h.api.job is not None
+    h.api.fail = lambda verb, what: None
+    h.sync(1)
+    assert h.api.job is None
+
+
 def test_refused_pod_create_is_shown_and_retried_with_backoff() -> None:
     """Pod Security or a quota says no: the job says so (condition and Warning event with the
     apiserver's words), and the create is retried later, not every two seconds in silence."""

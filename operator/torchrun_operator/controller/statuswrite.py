@@ -107,7 +107,11 @@ class StatusWrites(ControllerState):
         self.queue.add(key)
 
     def _delete_job(self, job: Obj) -> None:
-        """TTL: delete exactly this job; a job re-created under its name has another uid."""
+        """TTL: delete exactly this job; a job re-created under its name has another uid.
+        A 409 raises, so the worker tries again after its back-off: if the name now holds
+        another job (the uid precondition failed), that reconcile is of the new job and
+        deletes nothing; if the conflict was passing, ours is deleted then. Taken for done,
+        it left a finished job past its TTL for ever (nothing else wakes a finished job)."""
         meta = job["metadata"]
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]))
         try:
@@ -117,5 +121,5 @@ class StatusWrites(ControllerState):
             metrics.count_api_call("delete", "distributedtrainingjob", 200)
         except ApiException as e:
             metrics.count_api_call("delete", "distributedtrainingjob", e.status or 0)
-            if not ok_codes(e, 404, 409):
+            if not ok_codes(e, 404):
                 raise
