@@ -19,7 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube import procs
 from localkube.controlplane import Cluster
-from localkube.testing import wait_for
+from localkube.testing import namespace_gone, wait_for
 
 from . import audit
 from .figures import JobObs, PodObs, job_obs, jobset_obs, pod_obs
@@ -217,17 +217,7 @@ def clean_namespace(api: client.ApiClient, ns: str, kinds: list[tuple[str, str]]
     core = client.CoreV1Api(api)
     core.delete_namespace(ns)
     wait(f"pods of {ns} gone", lambda: not core.list_namespaced_pod(ns, limit=1).items, 180)
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(ns)
-            return False
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-
-    wait(f"namespace {ns} gone", gone, 180)
+    wait(f"namespace {ns} gone", lambda: namespace_gone(api, ns), 180)
 
 
 # ---- watching ---------------------------------------------------------------------------------

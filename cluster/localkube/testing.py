@@ -126,6 +126,20 @@ def wait_for(what: str, check: Any, timeout: float = 30.0, interval: float = 0.2
         time.sleep(interval)
 
 
+def namespace_gone(api: Any, name: str) -> bool:
+    """Whether the namespace is gone (404), not only terminating."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        client.CoreV1Api(api).read_namespace(name)
+        return False
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+
+
 def create_namespace(api: Any, name: str, timeout: float = 60.0) -> None:
     """Creates the namespace (an existing one is fine) and waits for its default
     ServiceAccount: pods are refused until ServiceAccount admission finds it."""

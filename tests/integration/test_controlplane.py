@@ -19,7 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube import network, procs
 from localkube.controlplane import Cluster, node_package_available
-from localkube.testing import ExternalCluster, pick_base, wait_for
+from localkube.testing import ExternalCluster, namespace_gone, pick_base, wait_for
 
 # --- a tiny DNS client (RFC 1035), so the test needs no resolver library ---------------------
 
@@ -172,17 +172,7 @@ def test_namespace_with_objects_deletes(kube: client.ApiClient) -> None:
         ),
     )
     core.delete_namespace(ns)
-
-    def gone() -> bool:
-        try:
-            core.read_namespace(ns)
-            return False
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-
-    wait_for(f"namespace {ns} to be deleted", gone, timeout=60)
+    wait_for(f"namespace {ns} to be deleted", lambda: namespace_gone(kube, ns), timeout=60)
 
 
 def test_endpointslices_for_headless_service(kube: client.ApiClient, namespace: str) -> None:

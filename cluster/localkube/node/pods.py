@@ -67,6 +67,10 @@ class NodeContext:
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
 
+    def kubelet_dead(self, node: str) -> bool:
+        """Whether a test has made `node`'s kubelet gone (nodes.dead_marker)."""
+        return dead_marker(self.state_dir, node).exists()
+
 
 class Ipam:
     """Pod IPs: node i hands out 10.<base>.<i+1>.2..254."""
@@ -157,7 +161,7 @@ def delete_pod(ctx: NodeContext, ns: str, name: str, uid: str, node: str | None 
     Not while `node`'s kubelet is dead (nodes.py): then once it is back."""
     body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
     while True:
-        if node is not None and dead_marker(ctx.state_dir, node).exists():
+        if node is not None and ctx.kubelet_dead(node):
             if ctx.stop.wait(FINAL_DELETE_RETRY_SECONDS):
                 return
             continue
@@ -590,7 +594,7 @@ class PodWorker(threading.Thread):
         reached (restarted, down): the status stays unpublished, to be sent again."""
         if self.vanished:
             return True
-        if dead_marker(self.ctx.state_dir, self.node.name).exists():
+        if self.ctx.kubelet_dead(self.node.name):
             return False  # a dead kubelet sends nothing; sent once it is back
         watched = dict(self.pod.get("status") or {})
         own = set(status.OWN_CONDITIONS)
@@ -725,9 +729,8 @@ class PodManager:
         core = self.ctx.core
         selector = f"spec.nodeName={node.name}"
         delay = 0.5
-        dead = dead_marker(self.ctx.state_dir, node.name)
         while not self.ctx.stop.is_set():
-            if dead.exists():  # its kubelet is gone: it hears of nothing (nodes.py)
+            if self.ctx.kubelet_dead(node.name):  # it hears of nothing (nodes.py)
                 self.ctx.stop.wait(1.0)
                 continue
             try:
@@ -745,7 +748,7 @@ class PodManager:
                     timeout_seconds=30,
                     allow_watch_bookmarks=False,
                 ):
-                    if self.ctx.stop.is_set() or dead.exists():
+                    if self.ctx.stop.is_set() or self.ctx.kubelet_dead(node.name):
                         w.stop()
                         break
                     obj = event["raw_object"]

@@ -281,7 +281,7 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
         uids = {p["metadata"]["name"]: p["metadata"].get("uid") for p in cached}
         deletes = testplant.deletions(plan.status, plan.delete, cached)
         self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n)), deletes)
-        self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n), True), plan.force_delete)
+        self._fan_out(lambda n: self._delete_pod(ns, n, uids.get(n), force=True), plan.force_delete)
         creates = self._due_creates(meta["uid"], plan.create)
         if not self._gang_ready(job, plan.status):
             creates = []  # a gang's pods never start without their PodGroup

@@ -202,6 +202,10 @@ class Live:
     stacks: list[StackSummary] = field(default_factory=list)
     checkpoint: CheckpointReport | None = None
 
+    @property
+    def rendezvoused(self) -> bool:
+        return podinput.rendezvoused(self.group_rank, self.state)
+
 
 def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | None:
     """A reader's result ({"at": <operator clock>, "data": the answer, validated by

@@ -243,6 +243,12 @@ class CheckpointReport:
     at: float | None = None
 
 
+def rendezvoused(group_rank: int | None, state: str | None) -> bool:
+    """Whether a launcher that answered these knows its node rank: a rendezvous round
+    completed (it trains, stalled or finished since)."""
+    return group_rank is not None and state != contract.LIVE_RENDEZVOUS
+
+
 @dataclass(frozen=True)
 class LiveAnswer:
     """A launcher's status answer, validated: every field in its range, bound to a pod by
@@ -268,8 +274,7 @@ class LiveAnswer:
 
     @property
     def rendezvoused(self) -> bool:
-        """Whether the pod knows its node rank (a rendezvous round completed)."""
-        return self.group_rank is not None and self.state != contract.LIVE_RENDEZVOUS
+        return rendezvoused(self.group_rank, self.state)
 
     def cost(self) -> int:
         """Roughly the bytes this answer holds in memory (for the bound on all live state)."""

@@ -11,7 +11,6 @@ from typing import Any
 from ..api import names
 from ..api.status_names import ConditionType, Phase, PodPhase, RankPhase, Reason
 from ..api.timefmt import seconds
-from ..launcher import contract
 from ..render import render_pod
 from . import attempts, failure, gang, hang
 from . import conditions as cond
@@ -22,9 +21,6 @@ from .finish import finish
 from .observe import PodView, rank_entry
 from .rootcause import lost_candidate, pod_candidates
 from .training import record_progress, record_stragglers
-
-# Launcher states that mean its rendezvous round completed (docs/pod-contract.md).
-PAST_RENDEZVOUS = (contract.LIVE_TRAINING, contract.LIVE_STALLED)
 
 
 def start_attempt(ctx: Ctx) -> None:
@@ -161,19 +157,18 @@ def observe(ctx: Ctx) -> None:
 
 def _past_rendezvous(ctx: Ctx, seen: Seen) -> bool:
     """Whether the rendezvous round of the attempt completed: every pod is Ready, or its
-    launcher answers that it trains or stalled after its round; without elastic bounds one
-    such pod is enough, as a round then holds every pod. Readiness of all at once is not
-    needed: an operator away while the pods were all Ready (down, deposed, or the apiserver)
-    may first see them with one already quiet, and must not judge that stall a rendezvous
-    hang."""
+    launcher answers that it knows its node rank (podinput.rendezvoused); without elastic
+    bounds one such pod is enough, as a round then holds every pod. Readiness of all at once
+    is not needed: an operator away while the pods were all Ready (down, deposed, or the
+    apiserver) may first see them with one already quiet, and must not judge that stall a
+    rendezvous hang."""
     past = 0
     for i in range(ctx.spec.nodes):
         pod = seen.current.get(i)
         if pod is None:
             return False
         live = ctx.live.get(pod.uid or "")
-        answered = live is not None and live.group_rank is not None
-        past += pod.ready or (answered and live is not None and live.state in PAST_RENDEZVOUS)
+        past += pod.ready or (live is not None and live.rendezvoused)
     return past == ctx.spec.nodes or (past > 0 and not ctx.spec.is_elastic)
 
 

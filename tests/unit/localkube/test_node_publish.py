@@ -21,20 +21,26 @@ from localkube.node.nodes import NodeConfig
 from localkube.node.pods import Ipam, NodeContext, PodWorker
 
 
-def test_a_status_the_apiserver_cannot_take_is_kept_to_publish_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # One attempt: no back-off waits.
-    monkeypatch.setattr(kapi, "retry", functools.partial(kapi.retry, attempts=1))
+def node_context(tmp_path: Path, port: int) -> NodeContext:
+    """A process node's context whose apiserver is http://127.0.0.1:`port`, without the
+    client's own retries."""
     cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{procs.free_port()}"  # nothing listens there
+    cfg.host = f"http://127.0.0.1:{port}"
     cfg.retries = 0
-    ctx = NodeContext(
+    return NodeContext(
         api=client.ApiClient(cfg), state_dir=tmp_path, bridge="br-test", base=250,
         dns_ip="10.250.0.10", api_host="127.0.0.1", api_port=1, backoff_base=1,
         backoff_cap=1, created=CreatedPaths(tmp_path / "created.json"),
         stop=threading.Event(), ipam=Ipam(250),
     )  # fmt: skip
+
+
+def test_a_status_the_apiserver_cannot_take_is_kept_to_publish_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One attempt: no back-off waits.
+    monkeypatch.setattr(kapi, "retry", functools.partial(kapi.retry, attempts=1))
+    ctx = node_context(tmp_path, procs.free_port())  # nothing listens there
     pod = {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
         "spec": {"containers": [{"name": "c", "image": "i"}], "restartPolicy": "Never"},
@@ -73,15 +79,7 @@ def test_the_final_delete_is_sent_again_until_the_apiserver_is_back(
         server.handle_request()
         server.server_close()
 
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{port}"
-    cfg.retries = 0
-    ctx = NodeContext(
-        api=client.ApiClient(cfg), state_dir=tmp_path, bridge="br-test", base=250,
-        dns_ip="10.250.0.10", api_host="127.0.0.1", api_port=1, backoff_base=1,
-        backoff_cap=1, created=CreatedPaths(tmp_path / "created.json"),
-        stop=threading.Event(), ipam=Ipam(250),
-    )  # fmt: skip
+    ctx = node_context(tmp_path, port)
     apiserver = threading.Thread(target=back_later)
     apiserver.start()
     pods.delete_pod(ctx, "ns", "p", "u1")
@@ -96,15 +94,7 @@ def test_volume_set_up_waits_for_an_apiserver_that_is_away(
     # ContainerCreating and is set up again at the next step; the worker used to crash and
     # leave the pod Pending for ever.
     monkeypatch.setattr(kapi, "retry", functools.partial(kapi.retry, attempts=1))
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{procs.free_port()}"  # nothing listens there
-    cfg.retries = 0
-    ctx = NodeContext(
-        api=client.ApiClient(cfg), state_dir=tmp_path, bridge="br-test", base=250,
-        dns_ip="10.250.0.10", api_host="127.0.0.1", api_port=1, backoff_base=1,
-        backoff_cap=1, created=CreatedPaths(tmp_path / "created.json"),
-        stop=threading.Event(), ipam=Ipam(250),
-    )  # fmt: skip
+    ctx = node_context(tmp_path, procs.free_port())  # nothing listens there
     pod = {
         "metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
         "spec": {

@@ -381,20 +381,24 @@ def test_stall_names_the_rank_outside_any_collective_with_its_line() -> None:
     JobStatus.model_validate(plan.status)
 
 
+def back_at_300_to_a_half_ready_gang() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Two pods the operator saw Running, not Ready, at 2 (the rendezvous timer starts), and
+    next sees at 300: pod 0 Ready, pod 1 gone quiet (progressTimeoutSeconds and the join
+    timeout 20 s)."""
+    spec = make_job(
+        nodes=2, runPolicy={"progressTimeoutSeconds": 20}, rendezvous={"joinTimeoutSeconds": 20}
+    )
+    job, pods = start(spec)
+    pods = [with_uid(p, ready=False) for p in pods]
+    _, job, _ = step(job, pods, 2)
+    return job, [with_uid(pods[0], ready=True), with_uid(pods[1], ready=False, t=300)]
+
+
 def test_a_stall_seen_only_after_the_ready_window_is_no_rendezvous_hang() -> None:
     # The operator saw the pods Running but never all Ready at once (it was away while they
     # were): the launchers' answers still say the rendezvous completed, so the quiet pod is a
     # stall to restart, not a rendezvous that timed out (a user failure that ends the job).
-    job, pods = start(
-        make_job(
-            nodes=2,
-            runPolicy={"progressTimeoutSeconds": 20},
-            rendezvous={"joinTimeoutSeconds": 20},
-        )
-    )
-    pods = [with_uid(p, ready=False) for p in pods]
-    _, job, _ = step(job, pods, 2)  # Running, not Ready yet: the rendezvous timer starts
-    quiet = [with_uid(pods[0], ready=True), with_uid(pods[1], ready=False, t=300)]
+    job, quiet = back_at_300_to_a_half_ready_gang()
     stalled = {"at": at(290).timestamp(), "step": 3, "stacks": []}
     answers = {
         0: answer(0, 0, [0], read_at=300),
@@ -415,16 +419,7 @@ def test_a_stall_seen_only_after_the_ready_window_is_no_rendezvous_hang() -> Non
 def test_a_new_leader_without_answers_judges_a_half_ready_gang_a_stall() -> None:
     # The same, seen by an operator that has read no launcher yet (it just took over): one
     # pod Ready means the round completed, and without elastic bounds a round holds every pod.
-    job, pods = start(
-        make_job(
-            nodes=2,
-            runPolicy={"progressTimeoutSeconds": 20},
-            rendezvous={"joinTimeoutSeconds": 20},
-        )
-    )
-    pods = [with_uid(p, ready=False) for p in pods]
-    _, job, _ = step(job, pods, 2)
-    quiet = [with_uid(pods[0], ready=True), with_uid(pods[1], ready=False, t=300)]
+    job, quiet = back_at_300_to_a_half_ready_gang()
     plan, job, _ = step(job, quiet, 300)
     assert plan.status["phase"] == "Running", plan.status.get("failure")
     plan, _, _ = step(job, quiet, 320)
