@@ -260,6 +260,12 @@ def _collective(c: Candidate) -> bool:
     return c.says in COLLECTIVE_KINDS or c.kind == contract.KIND_COMM
 
 
+def absentee_unknown(cause: Candidate, candidates: list[Candidate]) -> bool:
+    """A collective that did not complete, and no launcher has named a rank outside it yet:
+    the pods still running hold that rank, and their launchers name it once they end."""
+    return _collective(cause) and not any(c.outside for c in candidates)
+
+
 def never_arrived(cause: Candidate, candidates: list[Candidate]) -> Candidate:
     """When the cause is a collective that did not complete, the rank some launcher found
     outside any collective is the one the others waited for: it is named instead (the lowest

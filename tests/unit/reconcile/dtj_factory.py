@@ -90,9 +90,12 @@ def set_deleting(pod: dict[str, Any], t: float = 5) -> dict[str, Any]:
 def apply(
     job: dict[str, Any], pods: list[dict[str, Any]], plan: Plan, t: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """What the shell would do: deletes mark pods terminating, creates add Pending pods."""
+    """What the shell would do: deletes mark pods terminating, forced deletes remove them (the
+    apiserver drops a pod deleted with grace 0 at once), creates add Pending pods."""
     out = []
     for p in pods:
+        if p["metadata"]["name"] in plan.force_delete:
+            continue
         if p["metadata"]["name"] in plan.delete:
             p = set_deleting(p, t)
         out.append(p)

@@ -139,11 +139,16 @@ def settled(job: dict[str, Any], pods: list[dict[str, Any]], t: float) -> Plan:
 def drive(job: dict[str, Any], steps: list[Step]) -> Iterator[Moment]:
     """The reconciler through the history `steps`, starting from `job` with no pods: at each
     step the action happens, the reconciler plans (yielded, for the caller's checks), the
-    shell applies the plan, and the result is `settled`; the next step starts from there."""
+    shell applies the plan (and the plans that pods deleted by force wake), and the result is
+    `settled`; the next step starts from there."""
     pods: list[dict[str, Any]] = []
     for action, idx, t in timeline(steps):
         job, pods = act(action, pods, job, idx, t)
         plan = reconcile(job, pods, at(t))
         yield Moment(job, pods, plan, t)
         job, pods = apply(job, pods, plan, t)
+        while plan.force_delete:  # those pods left the API at once: their watch event wakes it
+            plan = reconcile(job, pods, at(t))
+            yield Moment(job, pods, plan, t)
+            job, pods = apply(job, pods, plan, t)
         job = {**job, "status": settled(job, pods, t).status}

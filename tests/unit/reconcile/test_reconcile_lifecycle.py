@@ -21,6 +21,7 @@ from reports import report
 from torchrun_operator.api.models import JobStatus
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.core import MAX_REQUEUE_SECONDS, SETTLE_SECONDS
+from torchrun_operator.reconcile.failure.settle import COLLECTIVE_SETTLE_SECONDS
 
 
 def reasons(plan: Any) -> list[str]:
@@ -277,8 +278,9 @@ def test_backoff_grows_and_is_capped() -> None:
 
 def test_infrastructure_failure_waits_for_other_reports() -> None:
     job, pods = start(make_job(nodes=2))
+    killed = failure(0, "signal", 10, "Signal 9 (SIGKILL) received", exit_code=-9)
     pods = [
-        set_terminated(pods[0], 1, report("Failed", [0, 1], [failure(0, "comm", 10)]), t=10),
+        set_terminated(pods[0], 1, report("Failed", [0, 1], [killed]), t=10),
         set_running(pods[1], ready=True),
     ]
     plan, job2, _ = step(job, pods, 11)
@@ -292,6 +294,45 @@ def test_infrastructure_failure_waits_for_other_reports() -> None:
     plan, _, _ = step(job2, pods, 13)
     assert plan.status["phase"] == "Failed"
     assert plan.status["failure"]["rank"] == 2
+
+
+GLOO = "RuntimeError: [gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 5000ms for recv"
+
+
+def test_a_collective_timeout_waits_longer_for_the_launcher_that_names_the_absent_rank() -> None:
+    """Seen on the local cluster under load: rank 1 times out in an all-reduce that rank 0,
+    asleep, never joined. Rank 0's launcher hears of it only when torch's store client gives
+    up reconnecting to the pod that ended (about 10 s, more on a busy node), past the usual
+    settle window: the operator waits COLLECTIVE_SETTLE_SECONDS for it, and names rank 0."""
+    job, pods = start(make_job(nodes=2, failurePolicy={"maxRestarts": 0}))
+    timed_out = report("Failed", [1], [failure(1, "comm", 10, GLOO)], group_rank=1)
+    pods = [set_terminated(pods[0], 1, timed_out, t=10), set_running(pods[1], ready=True)]
+    plan, job2, _ = step(job, pods, 11)
+    assert plan.status["phase"] in ("Starting", "Running") and plan.delete == []
+    assert plan.requeue_after == pytest.approx(COLLECTIVE_SETTLE_SECONDS)
+    # Past the usual window the operator still waits for the pod that runs.
+    plan, _, _ = step(job2, pods, 11 + SETTLE_SECONDS + 5)
+    assert plan.status["phase"] in ("Starting", "Running") and plan.delete == []
+    stacks = [{"rank": 0, "localRank": 0, "inCollective": False, "at": "/w/t.py:60 in main"}]
+    late = json.loads(report("Failed", [0], message=STORE_LOST))
+    late["stacks"] = stacks
+    pods[1] = set_terminated(pods[1], 1, json.dumps(late), t=28)
+    plan, _, _ = step(job2, pods, 28.5)
+    f = plan.status["failure"]
+    assert (f["rank"], f["index"], f["kind"]) == (0, 1, "gloo-timeout"), f
+    assert f["location"] == "/w/t.py:60 in main"
+    assert plan.status["phase"] == "Failed"
+
+
+def test_a_collective_timeout_nobody_explains_is_acted_on_after_the_longer_wait() -> None:
+    job, pods = start(make_job(nodes=2, failurePolicy={"maxRestarts": 1}))
+    timed_out = report("Failed", [1], [failure(1, "comm", 10, GLOO)], group_rank=1)
+    pods = [set_terminated(pods[0], 1, timed_out, t=10), set_running(pods[1], ready=True)]
+    _, job2, _ = step(job, pods, 11)
+    plan, _, _ = step(job2, pods, 11 + COLLECTIVE_SETTLE_SECONDS)
+    assert plan.status["phase"] == "Restarting"
+    f = plan.status["failure"]
+    assert (f["rank"], f["kind"]) == (1, "gloo-timeout"), f
 
 
 STORE_LOST = "RendezvousConnectionError: The connection to the C10d store has failed."
@@ -548,7 +589,8 @@ def test_node_clock_skew_changes_neither_root_cause_nor_timing(
     pods[0] = set_terminated(pods[0], 1, comm, t=10.5 + peer_skew)
     plan, job, pods = step(job, pods, 11)  # the lost connection is seen first
     assert plan.status["phase"] == "Running", "waits for the other node's report"
-    assert plan.requeue_after == pytest.approx(SETTLE_SECONDS)
+    # (a lost connection names no rank outside a collective yet: the longer wait)
+    assert plan.requeue_after == pytest.approx(COLLECTIVE_SETTLE_SECONDS)
     boom = report("Failed", [2, 3], [failure(3, "exception", 10 + culprit_skew, "ValueError: x")])
     pods[1] = set_terminated(pods[1], 1, boom, t=10 + culprit_skew)
     plan, _, _ = step(job, pods, 12)

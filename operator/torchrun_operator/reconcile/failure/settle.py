@@ -4,7 +4,12 @@ While other pods still run, their reports may name the real culprit: when rank 3
 the store host, the other node's agent often dies first, of a lost store connection. So a
 failure that restarting may fix waits until every pod has ended, or SETTLE_SECONDS after the
 first report; lost pods need no settling (nothing another node reports can explain them
-away). Times are the operator's: node clocks may be off by any amount.
+away). A collective that did not complete, with no rank named outside it yet, waits longer:
+the rank the others waited for is in a pod still running, whose launcher names it only once
+its agent has stopped. That agent hears of the failure from the closed rendezvous, or, when
+the pod that held the store has ended and its address is gone, only once torch's store client
+gives up reconnecting (about 10 s with torch 2.15, measured; more on a busy node). Times are
+the operator's: node clocks may be off by any amount.
 """
 
 from __future__ import annotations
@@ -13,11 +18,15 @@ from dataclasses import replace
 
 from ...api.timefmt import seconds
 from ..context import Ctx, Seen, entries, node_ranks
-from ..rootcause import WINDOW, Candidate
+from ..rootcause import WINDOW, Candidate, absentee_unknown, root_cause
 
 # A failure that restarting may fix is acted on only once the other nodes have had time to
 # report, or have all stopped: their reports may hold the exception that really caused it.
 SETTLE_SECONDS = 2 * WINDOW
+# How long a collective failure with no absentee named yet waits for the pods still running:
+# three times the store client's 10 s give-up, for a busy node. Acted on at once when every
+# pod has ended, so only a rank that truly never reports costs the whole wait.
+COLLECTIVE_SETTLE_SECONDS = 30.0 + WINDOW
 # How long before the operator sees a pod's failure it can have happened, on the operator's
 # clock (the agent's report, the kubelet's status sync, the watch). Node-reported times are
 # clamped to it; with the 1 s of whole-second stamps it stays inside the root-cause WINDOW.
@@ -60,13 +69,15 @@ def on_operator_clock(ctx: Ctx, candidates: list[Candidate]) -> list[Candidate]:
 
 def waiting(ctx: Ctx, seen: Seen) -> bool:
     """Whether to wait for more reports before acting (a requeue is planned for when the
-    window ends): some pods still run and the first report is less than SETTLE_SECONDS old.
-    Measured on the operator's clock (when it saw each failure), never a node's."""
+    window ends): some pods still run and the first report is less than SETTLE_SECONDS old
+    (COLLECTIVE_SETTLE_SECONDS when a collective failed and no launcher named the rank outside
+    it yet). Measured on the operator's clock (when it saw each failure), never a node's."""
     observed = observed_at(ctx)
     reported = [observed.get(c.node_index, c.at) for c in seen.candidates if c.kind != "lost"]
     if not seen.alive or not reported:
         return False
-    settle_at = min(reported) + SETTLE_SECONDS
+    unknown = absentee_unknown(root_cause(seen.candidates), seen.candidates)
+    settle_at = min(reported) + (COLLECTIVE_SETTLE_SECONDS if unknown else SETTLE_SECONDS)
     if ctx.now < settle_at:
         ctx.requeue.append(settle_at - ctx.now)
         return True
