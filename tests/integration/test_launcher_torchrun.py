@@ -271,6 +271,29 @@ def test_two_nodes_rank3_raises(tmp_path: Path, worker: list[str], runtime: Runt
     assert other["failures"] or closed, other
 
 
+# An address no pod holds (TEST-NET-2): what a stale DNS record of an earlier attempt's pod 0
+# gives. Packets to it go nowhere; a store client sent there waits out its timeouts.
+STALE = "198.51.100.7"
+
+
+def test_the_store_host_reaches_its_own_store_when_its_name_points_elsewhere(
+    tmp_path: Path, worker: list[str], runtime: Runtime
+) -> None:
+    """Attempts reuse hostnames, and a lagging cluster DNS answered pod 0's name with the
+    address of the earlier attempt's pod 0 (the fault campaign's kueue-evict-117): pod 0's
+    own agent could not reach the store it hosted. The store host now reaches it over
+    loopback, whatever its name resolves to; the joiner finds it and both train."""
+    port = free_port()
+    nodes = [
+        runtime.start(tmp_path, "n0", worker, nnodes=2, port=port, endpoint=f"{STALE}:{port}"),
+        runtime.start(tmp_path, "n1", worker, nnodes=2, port=port, is_host=False),
+    ]
+    codes = [n.wait() for n in nodes]
+    assert codes == [0, 0], [n.output() for n in nodes]
+    assert [n.summary()["state"] for n in nodes] == ["Succeeded", "Succeeded"]
+    assert f"rdzv_endpoint=localhost:{port}" in nodes[0].output()
+
+
 def test_sigkilled_worker_is_a_signal_failure(
     tmp_path: Path, worker: list[str], runtime: Runtime
 ) -> None:

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any
 
+from . import rdzvstore
 from .contract import (
     ENV_PROGRESS_FILE,
     ENV_TERMINATION_LOG,
@@ -336,8 +337,10 @@ def _patch_torch_signal_handler() -> None:
         signal.signal(sig, handler)
 
 
-def run_agent(flags: list[str], cmd: list[str]) -> int:
-    """Everything after the DNS wait: build torchrun's config, run the agent, summarise."""
+def run_agent(flags: list[str], cmd: list[str], store_wait: float = 0.0) -> int:
+    """Everything after the DNS wait: build torchrun's config, reach the rendezvous store
+    where it is (rdzvstore: over loopback on its host, else once it answers, waiting at most
+    `store_wait` seconds), run the agent, summarise."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import (
@@ -371,6 +374,10 @@ def run_agent(flags: list[str], cmd: list[str]) -> int:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
     choose_store_backend(os.environ)
+    if rdzvstore.hosts_store(config.rdzv_configs):
+        config.rdzv_endpoint = rdzvstore.loopback_endpoint(config.rdzv_endpoint)
+    elif config.rdzv_endpoint:
+        rdzvstore.wait_for_store(config.rdzv_endpoint, store_wait)
     entrypoint = sys.executable
     entry_args = worker_entry_args(cmd)
     log(

@@ -75,7 +75,8 @@ program of every worker, and writes a JSON summary to the termination-message fi
 environment:
   {ENV_STATE_DIR}: state dir, holds 'ready' and 'rank-<local rank>.json'
       (default {STATE_DIR})
-  {ENV_DNS_TIMEOUT}: seconds to wait for the rendezvous host to resolve
+  {ENV_DNS_TIMEOUT}: seconds to wait for the rendezvous host to resolve, and (not on the
+      store's host) for the store to answer at an address it resolves to
       (default {DEFAULT_DNS_TIMEOUT:g})
   {ENV_TERMINATION_LOG}: where the JSON summary goes (default {TERMINATION_LOG})
   {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
@@ -185,18 +186,20 @@ def launcher_main(argv: list[str]) -> int:
             log("cannot remove old progress file", path=progress_file, error=e)
     try:
         host = endpoint_host(flags, os.environ)
-        if host:
-            timeout = _dns_timeout()
-            if not wait_for_dns(host, timeout):
-                message = (
-                    f"rendezvous host {host!r} did not resolve within {timeout:g}s "
-                    f"({ENV_DNS_TIMEOUT}); is the headless Service there and does it "
-                    f"publish not-ready addresses?"
-                )
-                log("DNS wait timed out", host=host, timeout=f"{timeout:g}s")
-                write_summary(build_summary(DNS_TIMEOUT, message=message))
-                return 1
-        return run_agent(flags, cmd)
+        timeout = _dns_timeout()
+        started = time.monotonic()
+        if host and not wait_for_dns(host, timeout):
+            message = (
+                f"rendezvous host {host!r} did not resolve within {timeout:g}s "
+                f"({ENV_DNS_TIMEOUT}); is the headless Service there and does it "
+                f"publish not-ready addresses?"
+            )
+            log("DNS wait timed out", host=host, timeout=f"{timeout:g}s")
+            write_summary(build_summary(DNS_TIMEOUT, message=message))
+            return 1
+        # The store's wait shares the bound: a name that resolves to a stale address is no
+        # better than one that does not resolve (rdzvstore).
+        return run_agent(flags, cmd, store_wait=timeout - (time.monotonic() - started))
     except Terminated as e:
         log("terminated before training started", signal=signal.Signals(e.signum).name)
         write_summary(build_summary(FAILED, message=str(e)))
