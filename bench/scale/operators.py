@@ -202,7 +202,12 @@ class Kubeflow(OperatorProc):
         ]
 
     def env(self) -> dict[str, str]:
-        return dict(super().env(), MY_POD_NAMESPACE=KUBEFLOW_NS)
+        # Its certificate rotator writes to the fixed KUBEFLOW_CERT_DIR, but its webhook server
+        # reads $TMPDIR/k8s-webhook-server/serving-certs: with TMPDIR set elsewhere it exits
+        # ("open .../tls.crt: no such file or directory").
+        return dict(
+            super().env(), MY_POD_NAMESPACE=KUBEFLOW_NS, TMPDIR=str(KUBEFLOW_CERT_DIR.parents[1])
+        )
 
     @staticmethod
     def install(api: client.ApiClient) -> None:
