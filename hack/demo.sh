@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The demo: brings up the local cluster, installs the CRD, starts the operator, runs the CPU
 # example and prints its per-rank status. The cluster stays up for you to explore:
+#   export PYTHONPATH=$PWD/operator:$PWD/cluster
 #   export KUBECONFIG=$(.venv/bin/python -m localkube kubeconfig); kubectl get dtj
 # and `make down` stops everything. LOCALKUBE_DIR, LOCALKUBE_NAME and LOCALKUBE_BASE choose
 # another folder, bridge name and pod network (tests/integration/test_demo.py runs it so).

@@ -29,6 +29,9 @@ def test_make_demo_runs_the_example_to_succeeded_in_a_few_lines(tmp_path: Path) 
         LOCALKUBE_BASE=str(pick_base()),
     )
     lk = [sys.executable, "-m", "localkube", "--dir", env["LOCALKUBE_DIR"]]
+    # pytest's pythonpath does not reach a child: without this `down` said "No module named
+    # localkube" and the demo cluster ran on through the rest of the suite.
+    lk_env = dict(env, PYTHONPATH=os.pathsep.join(str(REPO / d) for d in ("cluster", "operator")))
     try:
         out = subprocess.run(
             ["make", "--no-print-directory", "demo"],
@@ -39,7 +42,11 @@ def test_make_demo_runs_the_example_to_succeeded_in_a_few_lines(tmp_path: Path) 
         pid_file = tmp_path / "cluster" / "operator.pid"
         if pid_file.exists():
             os.kill(int(pid_file.read_text()), signal.SIGTERM)
-        subprocess.run([*lk, "--name", env["LOCALKUBE_NAME"], "down"], env=env, timeout=120)
+        down = subprocess.run(
+            [*lk, "--name", env["LOCALKUBE_NAME"], "down"], env=lk_env, timeout=120,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        assert down.returncode == 0, f"the demo cluster is still up: {down.stdout[-2000:]}"
     text = out.stdout
     assert out.returncode == 0, text[-4000:]
     lines = text.splitlines()
