@@ -20,13 +20,9 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable
-from typing import Any
 
 from .agent import (
     Terminated,
@@ -56,6 +52,7 @@ from .contract import (
 )
 from .logline import log
 from .progress import DEFAULT_PROGRESS_WINDOW
+from .rdzvstore import wait_for_dns
 from .report import build_summary
 from .shim import worker_main
 from .state import reset_state_dir, state_dir
@@ -63,7 +60,6 @@ from .status_server import LIVE, start_status_server
 from .torchrun_flags import endpoint_host, flag_value, shutdown_timeout, split_argv
 
 DEFAULT_DNS_TIMEOUT = 300.0
-DNS_LOG_INTERVAL = 5.0
 
 USAGE = f"""\
 usage: python launcher.pyz <torchrun flags> -- <command> [args...]
@@ -89,63 +85,6 @@ environment:
   {ENV_PROGRESS_WINDOW}: seconds steps per second and step time are averaged over
       (default {DEFAULT_PROGRESS_WINDOW:g})
 """
-
-
-def wait_for_dns(
-    host: str,
-    timeout: float,
-    resolve: Callable[[str], Any] | None = None,
-    interval: float = 0.5,
-    log_every: float = DNS_LOG_INTERVAL,
-) -> bool:
-    """Wait until ``host`` resolves or ``timeout`` seconds pass. Returns whether it resolved.
-
-    Each lookup runs in a daemon thread so a resolver that hangs cannot stretch the bound.
-    """
-
-    def _default(h: str) -> Any:
-        return socket.getaddrinfo(h, None)
-
-    lookup = resolve or _default
-    start = time.monotonic()
-    deadline = start + timeout
-    last_log = start
-    last_error = ""
-    while True:
-        result: dict[str, Any] = {}
-
-        def attempt(res: dict[str, Any] = result) -> None:
-            try:
-                res["addrs"] = lookup(host)
-            except Exception as e:  # noqa: BLE001 - any failure means "not yet"
-                res["error"] = f"{type(e).__name__}: {e}"
-
-        t = threading.Thread(target=attempt, daemon=True, name="dns-wait")
-        t.start()
-        t.join(max(0.0, deadline - time.monotonic()))
-        now = time.monotonic()
-        if "addrs" in result:
-            addrs = sorted({a[4][0] for a in result["addrs"] if len(a) > 4 and a[4]})
-            log(
-                "rendezvous host resolved",
-                host=host,
-                addresses=",".join(addrs) or "?",
-                waited=f"{now - start:.1f}s",
-            )
-            return True
-        last_error = result.get("error", "lookup still running")
-        if now >= deadline:
-            return False
-        if now - last_log >= log_every:
-            log(
-                "waiting for rendezvous host to resolve",
-                host=host,
-                waited=f"{now - start:.0f}s",
-                timeout=f"{timeout:g}s",
-                last_error=last_error,
-            )
-            last_log = now
-        time.sleep(min(interval, max(0.0, deadline - time.monotonic())))
 
 
 def _dns_timeout() -> float:

@@ -1,4 +1,8 @@
-"""The rendezvous store, reached where it really is.
+"""The rendezvous host: its name resolved, and its store reached where it really is.
+
+Before torchrun starts, every pod waits (bounded) until the rendezvous host's name resolves:
+pod 0's address is published only once it has one (the headless Service publishes not-ready
+addresses), and a pod that starts first would otherwise fail at once.
 
 Attempts reuse hostnames: pod 0 of every attempt is ``<job>-0``. A cluster DNS that lags (an
 EndpointSlice not yet updated, a cached answer) can answer that name with the address of an
@@ -35,6 +39,7 @@ DEFAULT_PORT = 29400
 CONNECT_TIMEOUT = 1.0
 # Between tries: the store comes up a few seconds after its pod starts.
 RETRY_INTERVAL = 0.25
+# How often a wait that goes on says so.
 LOG_INTERVAL = 5.0
 
 Resolver = Callable[[str, int], list[Any]]
@@ -64,6 +69,60 @@ def loopback_endpoint(endpoint: str) -> str:
     listen on every address, and take ``localhost`` as this machine)."""
     _, port = split_endpoint(endpoint)
     return f"localhost:{port}"
+
+
+class _Waiting:
+    """A bounded wait's clock, and its log line every `every` seconds while it goes on."""
+
+    def __init__(self, what: str, timeout: float, every: float = LOG_INTERVAL) -> None:
+        self.what, self.timeout, self.every = what, timeout, every
+        self.start = self.last = time.monotonic()
+
+    def waited(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return max(0.0, self.timeout - self.waited())
+
+    def says(self, **fields: Any) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            log(
+                self.what, waited=f"{now - self.start:.0f}s", timeout=f"{self.timeout:g}s", **fields
+            )
+            self.last = now
+
+
+def wait_for_dns(
+    host: str,
+    timeout: float,
+    resolve: Callable[[str], Any] | None = None,
+    interval: float = 0.5,
+    log_every: float = LOG_INTERVAL,
+) -> bool:
+    """Wait until ``host`` resolves or ``timeout`` seconds pass. Returns whether it resolved.
+    Each lookup is given only the time left, so a resolver that hangs cannot stretch the
+    bound."""
+    lookup = resolve or (lambda h: socket.getaddrinfo(h, None))
+    wait = _Waiting("waiting for rendezvous host to resolve", timeout, log_every)
+    while True:
+        try:
+            found = _bounded(lambda: lookup(host), wait.left())
+        except OSError as e:
+            error = str(e)
+        else:
+            addrs = sorted({a[4][0] for a in found if len(a) > 4 and a[4]})
+            log(
+                "rendezvous host resolved",
+                host=host,
+                addresses=",".join(addrs) or "?",
+                waited=f"{wait.waited():.1f}s",
+            )
+            return True
+        if wait.left() <= 0:
+            return False
+        wait.says(host=host, last_error=error)
+        time.sleep(min(interval, wait.left()))
 
 
 def _resolve(host: str, port: int) -> list[Any]:
@@ -116,37 +175,29 @@ def wait_for_store(
     """Wait until the store at `endpoint` accepts a connection, or `timeout` seconds pass.
     Returns whether it answered."""
     host, port = split_endpoint(endpoint)
-    start = time.monotonic()
-    last_log, last_error = start, ""
+    wait = _Waiting("waiting for the rendezvous store to answer", timeout)
+    error = ""
     while True:
         try:
             address = answers(host, port, resolve, connect)
         except OSError as e:
-            address, last_error = None, str(e)
-        now = time.monotonic()
+            address, error = None, str(e)
         if address is not None:
-            if now - start >= 1.0:
+            if wait.waited() >= 1.0:
                 log(
                     "rendezvous store answers",
                     endpoint=endpoint,
                     address=address,
-                    waited=f"{now - start:.1f}s",
+                    waited=f"{wait.waited():.1f}s",
                 )
             return True
-        if now - start >= timeout:
+        if wait.left() <= 0:
             log(
                 "rendezvous store did not answer; joining anyway",
                 endpoint=endpoint,
-                waited=f"{now - start:.0f}s",
-                last_error=last_error or "refused or unreachable",
+                waited=f"{wait.waited():.0f}s",
+                last_error=error or "refused or unreachable",
             )
             return False
-        if now - last_log >= LOG_INTERVAL:
-            log(
-                "waiting for the rendezvous store to answer",
-                endpoint=endpoint,
-                waited=f"{now - start:.0f}s",
-                timeout=f"{timeout:g}s",
-            )
-            last_log = now
-        time.sleep(min(interval, max(0.0, timeout - (now - start))))
+        wait.says(endpoint=endpoint)
+        time.sleep(min(interval, wait.left()))

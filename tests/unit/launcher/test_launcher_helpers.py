@@ -11,7 +11,7 @@ import pytest
 import reports
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torchrun_operator.launcher import contract, main, progress_file, report, shim, torchrun_flags
+from torchrun_operator.launcher import contract, progress_file, report, shim, torchrun_flags
 
 
 def _record(message: str) -> dict[str, object]:
@@ -217,39 +217,6 @@ def test_read_step(tmp_path: Path) -> None:
     assert progress_file.read_step(str(p)) == 7
     p.write_text("garbage")
     assert progress_file.read_step(str(p)) is None
-
-
-def test_wait_for_dns_times_out_and_succeeds() -> None:
-    calls: list[str] = []
-
-    def never(host: str) -> object:
-        calls.append(host)
-        raise OSError("Name or service not known")
-
-    assert main.wait_for_dns("job-0.job", 0.3, resolve=never, interval=0.05) is False
-    assert calls and set(calls) == {"job-0.job"}
-
-    attempts = iter([OSError("not yet"), OSError("not yet")])
-
-    def later(host: str) -> object:
-        err = next(attempts, None)
-        if err:
-            raise err
-        return [(2, 1, 6, "", ("10.0.0.7", 0))]
-
-    assert main.wait_for_dns("job-0.job", 5, resolve=later, interval=0.01) is True
-
-
-def test_wait_for_dns_bounds_a_hanging_resolver() -> None:
-    import time
-
-    def hang(host: str) -> object:
-        time.sleep(10)
-        return []
-
-    start = time.monotonic()
-    assert main.wait_for_dns("job-0.job", 0.5, resolve=hang) is False
-    assert time.monotonic() - start < 2
 
 
 def test_worker_error_file_matches_torchelastic_format() -> None:

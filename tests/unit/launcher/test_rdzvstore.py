@@ -10,6 +10,37 @@ import pytest
 from torchrun_operator.launcher import rdzvstore
 
 
+def test_wait_for_dns_times_out_and_succeeds() -> None:
+    calls: list[str] = []
+
+    def never(host: str) -> object:
+        calls.append(host)
+        raise OSError("Name or service not known")
+
+    assert rdzvstore.wait_for_dns("job-0.job", 0.3, resolve=never, interval=0.05) is False
+    assert calls and set(calls) == {"job-0.job"}
+
+    attempts = iter([OSError("not yet"), OSError("not yet")])
+
+    def later(host: str) -> object:
+        err = next(attempts, None)
+        if err:
+            raise err
+        return [(2, 1, 6, "", ("10.0.0.7", 0))]
+
+    assert rdzvstore.wait_for_dns("job-0.job", 5, resolve=later, interval=0.01) is True
+
+
+def test_wait_for_dns_bounds_a_hanging_resolver() -> None:
+    def hang(host: str) -> object:
+        time.sleep(10)
+        return []
+
+    start = time.monotonic()
+    assert rdzvstore.wait_for_dns("job-0.job", 0.5, resolve=hang) is False
+    assert time.monotonic() - start < 2
+
+
 @pytest.mark.parametrize(
     ("endpoint", "expected"),
     [
