@@ -146,7 +146,7 @@ def _bounded(fn: Callable[[], Any], timeout: float) -> Any:
         except Exception as e:  # noqa: BLE001 - any failure means "not yet"
             out["error"] = f"{type(e).__name__}: {e}"
 
-    t = threading.Thread(target=run, daemon=True, name="rdzv-store-wait")
+    t = threading.Thread(target=run, daemon=True, name="rdzv-lookup")
     t.start()
     t.join(max(0.0, timeout))
     if "value" in out:
@@ -154,7 +154,7 @@ def _bounded(fn: Callable[[], Any], timeout: float) -> Any:
     raise OSError(out.get("error", "timed out"))
 
 
-def answers(host: str, port: int, resolve: Resolver, connect: Connector) -> str | None:
+def _answers(host: str, port: int, resolve: Resolver, connect: Connector) -> str | None:
     """The first address of `host` that accepts a connection on `port`, else None."""
     for address in _bounded(lambda: resolve(host, port), CONNECT_TIMEOUT * 2):
         try:
@@ -179,7 +179,7 @@ def wait_for_store(
     error = ""
     while True:
         try:
-            address = answers(host, port, resolve, connect)
+            address = _answers(host, port, resolve, connect)
         except OSError as e:
             address, error = None, str(e)
         if address is not None:

@@ -29,6 +29,6 @@ def on_failures(ctx: Ctx, seen: Seen) -> None:
     rendezvous_timeout = cause.kind == "rendezvous" and cause.reason == Reason.RENDEZVOUS_TIMEOUT
     if rendezvous_timeout:
         cause = name_absentees(ctx, seen, cause)
-    elif settle.waiting(ctx, seen):
+    elif settle.waiting(ctx, seen, cause):
         return
     fail_or_restart(ctx, cause, klass)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ...api.timefmt import seconds
 from ..context import Ctx, Seen, entries, node_ranks
-from ..rootcause import WINDOW, Candidate, absentee_unknown, root_cause
+from ..rootcause import WINDOW, Candidate, absentee_unknown
 
 # A failure that restarting may fix is acted on only once the other nodes have had time to
 # report, or have all stopped: their reports may hold the exception that really caused it.
@@ -67,16 +67,17 @@ def on_operator_clock(ctx: Ctx, candidates: list[Candidate]) -> list[Candidate]:
     return out
 
 
-def waiting(ctx: Ctx, seen: Seen) -> bool:
+def waiting(ctx: Ctx, seen: Seen, cause: Candidate) -> bool:
     """Whether to wait for more reports before acting (a requeue is planned for when the
     window ends): some pods still run and the first report is less than SETTLE_SECONDS old
     (COLLECTIVE_SETTLE_SECONDS when a collective failed and no launcher named the rank outside
-    it yet). Measured on the operator's clock (when it saw each failure), never a node's."""
+    it yet). `cause`: the root cause of `seen.candidates`. Measured on the operator's clock
+    (when it saw each failure), never a node's."""
     observed = observed_at(ctx)
     reported = [observed.get(c.node_index, c.at) for c in seen.candidates if c.kind != "lost"]
     if not seen.alive or not reported:
         return False
-    unknown = absentee_unknown(root_cause(seen.candidates), seen.candidates)
+    unknown = absentee_unknown(cause, seen.candidates)
     settle_at = min(reported) + (COLLECTIVE_SETTLE_SECONDS if unknown else SETTLE_SECONDS)
     if ctx.now < settle_at:
         ctx.requeue.append(settle_at - ctx.now)
