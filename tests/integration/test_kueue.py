@@ -300,6 +300,60 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
 
 
 @pytest.mark.usefixtures("kueue_operator")
+def test_a_workload_kueue_could_not_read_the_namespace_of_is_queued_afresh(
+    kube: client.ApiClient, namespace: str, queue: str
+) -> None:
+    """Campaign runs kueue-evict-39, -45 and -47: after an apiserver restart, Kueue's cache
+    missed the namespace once, its scheduler wrote "Could not obtain workload namespace" on
+    the Workload and never tried it again. Kueue's words are written here by hand on a
+    Workload that waits for quota (the cache miss cannot be caused at will); the operator
+    replaces the Workload, the real Kueue evaluates the new one, and the job then runs."""
+    ns = namespace
+    start_queued(kube, ns, "first", 3600, {"Starting", "Running"}, 120)
+    queued_job(kube, ns, "second", 1)
+    assert wait_not_admitted(kube, ns, "second", 60)["reason"] == "Pending"
+    stuck = workload(kube, ns, "second")
+    assert stuck is not None
+    unread = f'Could not obtain workload namespace: Namespace "{ns}" not found'
+    cond = {
+        "type": "QuotaReserved",
+        "status": "False",
+        "reason": "Pending",
+        "message": unread,
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    custom(kube).patch_namespaced_custom_object_status(
+        *KUEUE, ns, "workloads", stuck["metadata"]["name"], {"status": {"conditions": [cond]}}
+    )
+    wait_for(
+        "the job to say what Kueue said",
+        lambda: condition(get_job(kube, ns, "second"), "Admitted").get("message") == unread,
+        30,
+    )
+
+    def replaced() -> dict[str, Any] | None:
+        w = workload(kube, ns, "second")
+        return w if w is not None and w["metadata"]["uid"] != stuck["metadata"]["uid"] else None
+
+    fresh = wait_for("a new Workload", replaced, 60)
+    # Kueue evaluated the new one: it says again what really holds it back.
+    again = wait_for(
+        "Kueue's verdict on the new Workload",
+        lambda: (
+            "insufficient unused quota"
+            in condition(replaced() or {}, "QuotaReserved").get("message", "")
+        ),
+        30,
+    )
+    assert again and fresh["spec"]["queueName"] == "q"
+    custom(kube).delete_namespaced_custom_object(
+        "torchrun.dev", "v1alpha1", ns, "distributedtrainingjobs", "first"
+    )
+    done = wait_succeeded(kube, ns, "second")
+    assert done["status"]["attempt"] == 0
+
+
+@pytest.mark.usefixtures("kueue_operator")
 def test_a_finished_job_frees_its_quota_only_once_its_pods_stopped(
     kube: client.ApiClient, namespace: str, queue: str
 ) -> None:

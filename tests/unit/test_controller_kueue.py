@@ -194,3 +194,48 @@ def test_pods_kept_running_by_keepall_hold_the_quota_until_they_end() -> None:
     h.api.set_pod("job-1", terminated(0))
     h.sync()
     assert finished(fake)
+
+
+UNREAD = 'Could not obtain workload namespace: Namespace "ns" not found'
+
+
+def test_a_workload_kueue_could_not_read_the_namespace_of_is_queued_afresh() -> None:
+    """Campaign runs kueue-evict-45, -39 and -47: after an apiserver restart Kueue's cache
+    missed the namespace once, and Kueue never tried the Workload again. The operator waits
+    the retry period on its own clock, then replaces the Workload; one Kueue then admits."""
+    h, fake = harness()
+    h.sync()
+    assert fake.workload is not None
+    first_uid = fake.workload["metadata"]["uid"]
+    fake.kueue_says(("QuotaReserved", "False", "Pending"))
+    fake.workload["status"]["conditions"][0]["message"] = UNREAD
+    h.api.calls.clear()
+    h.sync()
+    h.sync(advance=10)
+    assert ("delete", "Workload") not in h.api.calls, "replaced before the retry period"
+    assert h.status["phase"] == "Queued"
+    # The job is woken when the period ends: nothing of Kueue's would wake it.
+    due = h.ctrl.queue.due_in(("ns", "job"))
+    assert due is not None and 4 < due <= 5.05, due
+
+    h.sync(advance=5)
+    assert ("delete", "Workload") in h.api.calls
+    assert fake.workload is None
+    h.sync()
+    assert fake.workload is not None and h.api.calls[-1] == ("create", "Workload")
+    fake.workload["metadata"]["uid"] = "wl-uid-2"
+    assert fake.workload["metadata"]["uid"] != first_uid
+    fake.kueue_says(*ADMITTED, admission=ADMISSION)
+    h.sync()
+    assert set(h.api.pods()) == {"job-0", "job-1"}
+
+
+def test_a_workload_kueue_holds_back_for_quota_is_never_replaced() -> None:
+    h, fake = harness()
+    h.sync()
+    fake.kueue_says(("QuotaReserved", "False", "Pending"))
+    h.api.calls.clear()
+    for _ in range(4):
+        h.sync(advance=60)
+    assert ("delete", "Workload") not in h.api.calls
+    assert fake.workload is not None

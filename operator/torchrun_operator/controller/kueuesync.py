@@ -66,6 +66,19 @@ class KueueSync(Children):
             self._admitted[uid] = cached
         return verdict, kueue.with_pod_set_info(job, cached[1])
 
+    def _unread_since(self, job_uid: str, workload: Obj | None, now: float) -> float | None:
+        """When this operator first saw the job's Workload held back because Kueue could not
+        read its namespace; None while it is not. Kept in memory: an operator that restarts
+        waits the retry period again, which only delays a Workload that waits anyway."""
+        if workload is None or not kueue_admission.namespace_unread(workload):
+            self._unread.pop(job_uid, None)
+            return None
+        wl_uid = str(workload["metadata"].get("uid"))
+        seen = self._unread.get(job_uid)
+        if seen is None or seen[0] != wl_uid:
+            seen = self._unread[job_uid] = (wl_uid, now)
+        return seen[1]
+
     def _sync_workload(
         self, job: Obj, plan: Plan, workload: Obj | None, priority: int | None
     ) -> None:
@@ -76,7 +89,14 @@ class KueueSync(Children):
         key = (meta["namespace"], meta["name"])
         pods = self.pods.pods(key)
         now = self._clock().timestamp()
-        actions = kueue_admission.workload_actions(job, plan.status, workload, pods, now, priority)
+        since = self._unread_since(meta["uid"], workload, now)
+        actions = kueue_admission.workload_actions(
+            job, plan.status, workload, pods, now, priority, since
+        )
+        if since is not None and not actions:
+            # Nothing else wakes the job: Kueue will not touch this Workload again.
+            due = since + kueue_admission.NAMESPACE_UNREAD_RETRY_SECONDS - now
+            self.queue.add(key, after=max(due, 0.05))
         for action in actions:
             log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")
             got = self.kueue.apply(meta["namespace"], workload, action)

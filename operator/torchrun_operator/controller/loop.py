@@ -136,6 +136,7 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
         self._invalid_status.pop(uid, None)
         self.queue.succeeded(key)  # its failures in a row: a new job of the name has none
         self._admitted.pop(uid, None)
+        self._unread.pop(uid, None)
         self._gang.forget(uid)
         if self.rankmap is not None:
             self.rankmap.forget(key)

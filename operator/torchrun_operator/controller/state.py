@@ -111,6 +111,8 @@ class ControllerState:
         self.workloads = PodCache()  # our Workloads, by job (they carry the job label)
         # Job uid -> (Workload resourceVersion, what its admission puts into the pods).
         self._admitted: dict[str, tuple[str, Obj]] = {}
+        # job uid -> (its Workload's uid, when first seen held back by an unread namespace)
+        self._unread: dict[str, tuple[str, float]] = {}
         # id(pod) -> (the pod, the trainer's name, its view): by identity, holding the pod
         # so that its id cannot be reused while remembered.
         self._views: dict[int, tuple[Obj, str | None, observe.PodView]] = {}

@@ -111,6 +111,12 @@ class WorkQueue:
         with self._cond:
             return self._failures.get(key, 0)
 
+    def due_in(self, key: Hashable) -> float | None:
+        """Seconds until `key`'s delayed wake-up comes due; None when it has none."""
+        with self._cond:
+            due = self._due.get(key)
+        return None if due is None else due - self._clock()
+
     def _add_now(self, key: Hashable) -> None:
         if key in self._processing:
             self._dirty.add(key)

@@ -9,7 +9,8 @@ Two questions, asked on every reconcile of a job queued through Kueue (docs/sche
   integrations do for their jobs: create it; replace it when the job changed while it waited;
   deactivate it while runPolicy.suspend is true (Kueue then evicts it and its quota is freed);
   after an eviction, once every pod is gone, clear its quota reservation so that Kueue can
-  queue it again; mark it Finished when the job ends and none of its pods runs any more.
+  queue it again; mark it Finished when the job ends and none of its pods runs any more;
+  replace it when Kueue left it waiting for ever because it could not read its namespace.
 """
 
 from __future__ import annotations
@@ -31,6 +32,17 @@ REQUEUED = "Requeued"
 # after the others (deactivation, a pods-ready timeout, an admission check) Kueue requeues it
 # itself when their cause is gone (reactivation, back-off).
 REQUEUE_AT_ONCE = ("Preempted", "NodeFailures")
+# What Kueue's scheduler (v0.17, `nominate`) writes on QuotaReserved when its cached read of the
+# Workload's Namespace fails. It then holds the Workload as inadmissible and moves it back to
+# its queue only on an event of the ClusterQueue, a flavor, an admission check or a change of
+# the Namespace's labels, never for the Workload itself. Its cache can miss a namespace for a
+# moment after an apiserver restart (seen in fault campaigns, docs/reliability.md): the job then
+# waited Queued for ever on an empty ClusterQueue.
+NAMESPACE_UNREAD = "Could not obtain workload namespace"
+# How long the operator leaves a Workload with that message before it queues a new one: long
+# enough for Kueue's cache to catch up (it relists within seconds of an apiserver's return), so
+# a namespace that is really gone does not churn Workloads; short against a job's wait.
+NAMESPACE_UNREAD_RETRY_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,16 @@ def _active(workload: Mapping[str, Any]) -> bool:
 
 def has_reservation(workload: Mapping[str, Any]) -> bool:
     return _true(workload, QUOTA_RESERVED)
+
+
+def namespace_unread(workload: Mapping[str, Any]) -> bool:
+    """Kueue holds the Workload back because it could not read its namespace (see above)."""
+    c = _cond(workload, QUOTA_RESERVED)
+    return (
+        c is not None
+        and c.get("status") == "False"
+        and str(c.get("message") or "").startswith(NAMESPACE_UNREAD)
+    )
 
 
 def admission(
@@ -134,12 +156,15 @@ def workload_actions(
     pods: Sequence[Mapping[str, Any]],
     now: float,
     priority: int | None = None,
+    unread_since: float | None = None,
 ) -> list[WorkloadAction]:
     """`status`: the job's status as just planned (and written); `pods`: the pods observed
     under the job's name (any attempt, terminating ones included; only the job's own count);
-    `priority`: as for admission() (read only while there is no Workload). The quota is given
-    back (Finished, or released after an eviction) only once the pods holding it stopped:
-    Kueue would otherwise admit another job onto resources still in use."""
+    `priority`: as for admission() (read only while there is no Workload); `unread_since`:
+    when the operator first saw this Workload held back by `namespace_unread` (its own clock,
+    not Kueue's). The quota is given back (Finished, or released after an eviction) only once
+    the pods holding it stopped: Kueue would otherwise admit another job onto resources still
+    in use."""
     queued = kueue.queue_name(job) is not None
     if not queued:
         # The label was removed: the job no longer waits for Kueue, nor holds its quota.
@@ -167,6 +192,18 @@ def workload_actions(
         return [WorkloadAction("set_active", _activation(True), "runPolicy.suspend is false")]
     if _true(workload, EVICTED) and has_reservation(workload) and pods_left(pods, uid) == 0:
         return [WorkloadAction("patch_status", _release(workload, now), "evicted; pods gone")]
+    if (
+        not suspend
+        and _active(workload)
+        and not has_reservation(workload)
+        and namespace_unread(workload)
+        and unread_since is not None
+        and now - unread_since >= NAMESPACE_UNREAD_RETRY_SECONDS
+    ):
+        # Nothing of the Workload's own moves Kueue to try it again; a new Workload is queued
+        # and read afresh. It holds no quota, so nothing is freed or lost but its place.
+        why = "Kueue could not read its namespace and would not try again"
+        return [WorkloadAction("delete", why=why)]
     return []
 
 

@@ -45,6 +45,7 @@ def test_delayed_keys_come_due_in_order_and_earliest_wake_up_wins() -> None:
     q.add("late", after=10)
     q.add("soon", after=1)
     q.add("late", after=20)  # a later wake-up for a key already due earlier adds nothing
+    assert q.due_in("late") == 10 and q.due_in("never") is None
     assert q.get(timeout=0) is None
     clock.t = 1.5
     assert q.get(timeout=0) == "soon"

@@ -10,8 +10,10 @@ from dtj_factory import UID, apply, at, drop_terminating, make_job, set_running
 from jobs import condition as cond
 from torchrun_operator.reconcile import reconcile
 from torchrun_operator.reconcile.admission import (
+    NAMESPACE_UNREAD_RETRY_SECONDS,
     Admission,
     admission,
+    namespace_unread,
     pods_left,
     workload_actions,
 )
@@ -307,3 +309,42 @@ def test_pods_left_counts_only_the_jobs_own_pods() -> None:
     other = {"metadata": {"ownerReferences": [{"uid": "else", "controller": True}]}}
     orphan: dict[str, Any] = {"metadata": {}}
     assert pods_left([mine, other, orphan, mine], UID) == 2
+
+
+UNREAD = (
+    "QuotaReserved",
+    "False",
+    "Pending",
+    'Could not obtain workload namespace: Namespace "ns" not found',
+)
+
+
+def test_a_workload_kueue_could_not_read_the_namespace_of_is_replaced_after_the_retry() -> None:
+    job = queued_job()
+    wl = workload(job, UNREAD)
+    now = at(0).timestamp()
+    retry = NAMESPACE_UNREAD_RETRY_SECONDS
+    assert namespace_unread(wl)
+    assert workload_actions(job, {"phase": "Queued"}, wl, [], now, unread_since=None) == []
+    assert workload_actions(job, {"phase": "Queued"}, wl, [], now, unread_since=now - 1) == []
+    [act] = workload_actions(job, {"phase": "Queued"}, wl, [], now, unread_since=now - retry)
+    assert act.kind == "delete" and "namespace" in act.why
+    # After an eviction, once the quota is released, Kueue's next try can fail the same way.
+    evicted = workload(job, UNREAD, PREEMPTED)
+    assert kinds(workload_actions(job, {"phase": "Queued"}, evicted, [], now, None, 0)) == [
+        "delete"
+    ]
+    # Suspended (deactivated) it waits for the job, not for Kueue.
+    suspended = queued_job(runPolicy={"suspend": True})
+    off = workload(suspended, UNREAD)
+    off["spec"]["active"] = False
+    assert workload_actions(suspended, {"phase": "Suspended"}, off, [], now, None, 0) == []
+
+
+def test_only_kueues_namespace_read_failure_counts_as_unread() -> None:
+    job = queued_job()
+    assert not namespace_unread(workload(job, PENDING))
+    assert not namespace_unread(workload(job, RESERVED, ADMITTED))
+    assert not namespace_unread(workload(job))
+    waited = workload(job, PENDING)
+    assert workload_actions(job, {"phase": "Queued"}, waited, [], 1e9, None, 0) == []
