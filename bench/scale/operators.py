@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -175,6 +176,33 @@ class Ours(OperatorProc):
 
     def ready(self) -> bool:
         return procs.http_ok(f"http://127.0.0.1:{self.port}/metrics")
+
+    def rate_limit_wait(self) -> tuple[float, int] | None:
+        """From the operator's own metrics: the seconds its API requests waited on its client
+        rate limit (--kube-api-qps/--kube-api-burst), summed, and how many requests passed it;
+        None if the metrics cannot be read."""
+        try:
+            url = f"http://127.0.0.1:{self.port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as resp:
+                text = resp.read().decode()
+        except (OSError, ValueError):
+            return None
+        return parse_rate_limit_wait(text)
+
+
+RATE_LIMIT_METRIC = "torchrun_operator_client_rate_limit_wait_seconds"
+
+
+def parse_rate_limit_wait(text: str) -> tuple[float, int] | None:
+    """The rate-limit histogram's sum and count from a Prometheus text exposition."""
+    got: dict[str, float] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (f"{RATE_LIMIT_METRIC}_sum", f"{RATE_LIMIT_METRIC}_count"):
+            got[name.rsplit("_", 1)[1]] = float(value)
+    if "sum" not in got or "count" not in got:
+        return None
+    return got["sum"], int(got["count"])
 
 
 class Kubeflow(OperatorProc):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import limits, report, series
+from . import limits, report, series, targets
 from .trainer import JOBSET_VERSION, TRAINER_VERSION
 from .workloads import KUBEFLOW, OURS, TRAINER, Workload
 
@@ -195,6 +195,7 @@ def readme_section(data: dict[str, Any], chart: str = "scale/scaling.png") -> st
             "",
         ]
         parts += tables_section(data)
+        parts += ["### The targets, against this run", "", *targets.markdown(data)]
     if data.get("series_meta"):
         parts += series_section(data, chart)
     parts += [HOW]

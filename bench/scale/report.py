@@ -30,6 +30,8 @@ FIGURES: list[tuple[str, str, str]] = [
     ("cpu_s", "operator CPU", "s"),
     ("kcm_cpu_s", "kube-controller-manager CPU, all its controllers", "s"),
     ("peak_rss_mib", "operator peak RSS", "MiB"),
+    ("rate_limit_wait_sum_s", "our client rate limit: seconds requests waited, summed", "s"),
+    ("rate_limit_wait_mean_s", "our client rate limit: mean wait per request", "s"),
     ("restart_s", "one pod fails -> every pod Running again", "s"),
     ("restart_status_noticed_s", "one pod fails -> job status says Restarting", "s"),
     ("restart_after_decision_s", "job says Restarting -> every pod Running again", "s"),
@@ -42,13 +44,16 @@ def value(result: dict[str, Any], key: str) -> Any:
     if key == "restart_after_decision_s":
         total, noticed = result.get("restart_s"), result.get("restart_status_noticed_s")
         return total - noticed if total is not None and noticed is not None else None
+    if key == "rate_limit_wait_mean_s":
+        waited, n = result.get("rate_limit_wait_sum_s"), result.get("rate_limit_requests")
+        return round(waited / n, 3) if waited is not None and n else None
     if key == "requests_with_job_controller_per_job":
         own, job = result.get("api_requests_per_job"), result.get("job_controller_requests_per_job")
         return round(own + job, 1) if own is not None and job is not None else None
     return result.get(key)
 
 
-def _fmt(v: Any) -> str:
+def fmt(v: Any) -> str:
     if v is None:
         return "n/a"
     if isinstance(v, float):
@@ -80,11 +85,11 @@ def rows(
         name = f"{label} ({unit})" if unit else label
         d = value(direct, key) if key in ("pods_created_s", "pods_running_s") else None
         a = value(ours, key)
-        row = [name, _fmt(a)]
+        row = [name, fmt(a)]
         for theirs in others:
             b = value(theirs, key)
-            row += [_fmt(b) if theirs else "not run", _ratio(a, b)]
-        out.append((*row, _fmt(d)))
+            row += [fmt(b) if theirs else "not run", _ratio(a, b)]
+        out.append((*row, fmt(d)))
     return out
 
 

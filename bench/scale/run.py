@@ -26,7 +26,7 @@ from localkube import procs
 from localkube.testing import create_namespace, pick_base
 from torchrun_operator.api.names import API_VERSION, PLURAL
 
-from . import audit, figures, limits, readme, series
+from . import audit, figures, limits, readme, series, targets
 from .harness import (
     DIRECT_USER,
     KCM_USER,
@@ -239,6 +239,9 @@ class Bench:
         out: dict[str, Any] = {}
         if op is not None:
             cpu, rss = op.usage()
+            if isinstance(op, Ours) and (waited := op.rate_limit_wait()) is not None:
+                out["rate_limit_wait_sum_s"] = round(waited[0], 2)
+                out["rate_limit_requests"] = waited[1]
             op.stop_profiler()
             if isinstance(op, TrainerJobSet):
                 out["by_process"] = op.usage_by_process()
@@ -369,6 +372,7 @@ def render(results_json: Path, readme_path: Path | None) -> int:
     data = json.loads(results_json.read_text())
     if data.get("meta"):
         print("\n".join(readme.tables_section(data, text=True)))
+        print("\n".join(targets.markdown(data)))
     if readme_path:
         if data.get("series_meta"):
             readme.write_series_chart(data)
@@ -465,6 +469,7 @@ def main(argv: list[str] | None = None) -> int:
         }  # fmt: skip
         data["results"] = results
         print("\n".join(readme.tables_section(data, text=True)), flush=True)
+        print("\n".join(targets.markdown(data)), flush=True)
     if series_loads:
         pts = series.points(series_results, series_loads)
         for kind, shapes in pts.items():
