@@ -123,7 +123,7 @@ class ControllerState:
 
     def enqueue(self, key: JobKey) -> None:
         # A short delay gathers a burst of pod events into one reconcile.
-        self.queue.add(key, after=self._debounce)
+        self.queue.add(key, after=self._debounce, urgent=True)
 
     def _fan_out(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         """`fn` over `items` on the pool at once; the results in order. Once one raises, those

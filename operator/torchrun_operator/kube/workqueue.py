@@ -4,6 +4,13 @@ Many pod events for one job collapse into one pending key, so a burst of 512 pod
 costs a handful of reconciles, and a key is never processed by two workers at once (a key that
 is re-added while it is being processed runs once more afterwards). A key whose processing
 fails comes back after a per-key exponential back-off (backoff_delay), reset by a success.
+
+A key added as urgent (a change seen in a job's pods or Workload) goes before keys added
+otherwise (a new or edited job): a failure in a running gang, or the status of pods that just
+started, must not wait behind a burst of hundreds of new jobs being set up, each of which
+spends several requests of the client's rate limit. controller-runtime's priority queue
+orders its initial list below live events for the same reason. So that new jobs still start
+while many running ones change, a normal key goes after at most URGENT_IN_A_ROW urgent ones.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import math
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Hashable
 
 from .backoff import doubling
@@ -22,6 +30,10 @@ from .backoff import doubling
 # unbounded delay (a spec's activeDeadlineSeconds is an int64) overflows Condition.wait, whose
 # limit is threading.TIMEOUT_MAX, and the OverflowError would kill the worker inside get().
 MAX_DELAY_SECONDS = 3600.0
+
+# Urgent keys handed out in a row before a waiting normal one. Each key is one reconcile, so a
+# normal key waits for at most this many reconciles per worker beyond its turn among its kind.
+URGENT_IN_A_ROW = 4
 
 
 # After a failed reconcile: 2 s, then twice as long after each failure in a row, at most
@@ -65,22 +77,30 @@ class WorkQueue:
         self._jitter = jitter
         self._failures: dict[Hashable, int] = {}  # failures in a row, per key
         self._cond = threading.Condition()
-        self._ready: list[Hashable] = []  # FIFO of keys due now
-        self._queued: set[Hashable] = set()  # keys in _ready
+        # FIFOs of keys due now, urgent and normal. A key moved to the urgent one leaves a
+        # stale entry in the normal one, skipped when reached: _queued says where it lives.
+        self._ready: dict[bool, deque[Hashable]] = {True: deque(), False: deque()}
+        self._queued: dict[Hashable, bool] = {}  # key -> urgent, for keys in _ready
+        self._waiting = {True: 0, False: 0}  # live keys in each FIFO
+        self._in_a_row = 0  # urgent keys handed out since the last normal one
         self._processing: set[Hashable] = set()
-        self._dirty: set[Hashable] = set()  # re-added while processing
+        self._dirty: dict[Hashable, bool] = {}  # re-added while processing -> urgent
         self._delayed: list[tuple[float, int, Hashable]] = []  # heap of (due, seq, key)
         self._due: dict[Hashable, float] = {}  # earliest due time per delayed key
+        self._due_urgent: set[Hashable] = set()  # delayed keys added as urgent
         self._seq = 0
         self._shutdown = False
 
-    def add(self, key: Hashable, after: float = 0.0) -> None:
+    def add(self, key: Hashable, after: float = 0.0, urgent: bool = False) -> None:
+        """Queues `key` (after `after` seconds); `urgent`: before keys added without it."""
         after = _bounded(after)
         with self._cond:
             if self._shutdown:
                 return
             if after > 0:
                 due = self._clock() + after
+                if urgent:
+                    self._due_urgent.add(key)
                 # Keep only the earliest wake-up per key: a later one adds nothing.
                 if key in self._due and self._due[key] <= due:
                     return
@@ -89,7 +109,7 @@ class WorkQueue:
                 heapq.heappush(self._delayed, (due, self._seq, key))
                 self._cond.notify()
                 return
-            self._add_now(key)
+            self._add_now(key, urgent)
 
     def add_failed(self, key: Hashable, at_least: float = 0.0) -> float:
         """After a failure of `key`: adds it back after its back-off, or after `at_least`
@@ -117,13 +137,36 @@ class WorkQueue:
             due = self._due.get(key)
         return None if due is None else due - self._clock()
 
-    def _add_now(self, key: Hashable) -> None:
+    def _add_now(self, key: Hashable, urgent: bool = False) -> None:
         if key in self._processing:
-            self._dirty.add(key)
-        elif key not in self._queued:
-            self._queued.add(key)
-            self._ready.append(key)
+            self._dirty[key] = self._dirty.get(key, False) or urgent
+            return
+        queued = self._queued.get(key)
+        if queued is None or (urgent and not queued):
+            if queued is not None:
+                self._waiting[False] -= 1  # its normal entry turns stale
+            self._queued[key] = urgent
+            self._waiting[urgent] += 1
+            self._ready[urgent].append(key)
             self._cond.notify()
+
+    def _pop(self) -> Hashable | None:
+        """The next key due now, urgent first (URGENT_IN_A_ROW at most while a normal one
+        waits); None if none."""
+        urgent = self._waiting[True] > 0 and (
+            self._in_a_row < URGENT_IN_A_ROW or self._waiting[False] == 0
+        )
+        if not urgent and self._waiting[False] == 0:
+            return None
+        fifo = self._ready[urgent]
+        while True:
+            key = fifo.popleft()
+            if self._queued.get(key) is urgent:
+                break  # else stale: the key moved, or was handed out and queued again
+        del self._queued[key]
+        self._waiting[urgent] -= 1
+        self._in_a_row = self._in_a_row + 1 if urgent else 0
+        return key
 
     def _promote_due(self) -> float | None:
         """Moves delayed keys whose time has come; returns seconds until the next one."""
@@ -137,7 +180,9 @@ class WorkQueue:
                 return due - now
             heapq.heappop(self._delayed)
             del self._due[key]
-            self._add_now(key)
+            urgent = key in self._due_urgent
+            self._due_urgent.discard(key)
+            self._add_now(key, urgent)
         return None
 
     def get(self, timeout: float | None = None) -> Hashable | None:
@@ -151,9 +196,8 @@ class WorkQueue:
                 if self._shutdown:
                     return None
                 wait = self._promote_due()
-                if self._ready:
-                    key = self._ready.pop(0)
-                    self._queued.discard(key)
+                key = self._pop()
+                if key is not None:
                     self._processing.add(key)
                     return key
                 if deadline is not None:
@@ -169,8 +213,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty:
-                self._dirty.discard(key)
-                self._add_now(key)
+                self._add_now(key, self._dirty.pop(key))
 
     def shutdown(self) -> None:
         with self._cond:
@@ -179,4 +222,4 @@ class WorkQueue:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._ready) + len(self._due)
+            return len(self._queued) + len(self._due)

@@ -7,6 +7,7 @@ from torchrun_operator.kube.workqueue import (
     BACKOFF_JITTER,
     BACKOFF_MAX_SECONDS,
     MAX_DELAY_SECONDS,
+    URGENT_IN_A_ROW,
     WorkQueue,
     backoff_delay,
 )
@@ -178,3 +179,93 @@ def test_a_retry_after_longer_than_the_backoff_is_honoured() -> None:
     assert q.get(timeout=0) == "k"
     q.done("k")
     assert q.add_failed("k", at_least=1.0) == 4.0  # the back-off, when it is the longer
+
+
+def drain(q: WorkQueue) -> list[str]:
+    """Every key due now, in the order handed out (each done at once); keys are strings."""
+    got = []
+    while (key := q.get(timeout=0)) is not None:
+        got.append(str(key))
+        q.done(key)
+    return got
+
+
+def test_urgent_keys_go_before_a_burst_of_new_jobs_but_never_starve_them() -> None:
+    """Issue 26: with 500 jobs applied at once, a pod that started waited for the set-up of
+    every job queued before it (status lag p95 47 s at the default rate limit)."""
+    q = WorkQueue()
+    for i in range(10):
+        q.add(f"new-{i}")
+    for i in range(10):
+        q.add(f"changed-{i}", urgent=True)
+    got = drain(q)
+    assert sorted(got) == sorted(
+        [f"new-{i}" for i in range(10)] + [f"changed-{i}" for i in range(10)]
+    )
+    # Each kind in the order it came; URGENT_IN_A_ROW urgent keys, then one new one.
+    assert [k for k in got if k.startswith("new")] == [f"new-{i}" for i in range(10)]
+    assert [k for k in got if k.startswith("changed")] == [f"changed-{i}" for i in range(10)]
+    assert got[: URGENT_IN_A_ROW + 1] == [
+        *(f"changed-{i}" for i in range(URGENT_IN_A_ROW)),
+        "new-0",
+    ]
+
+
+def test_a_queued_key_added_as_urgent_moves_up_once() -> None:
+    q = WorkQueue()
+    for k in ("a", "b", "c"):
+        q.add(k)
+    q.add("c", urgent=True)
+    q.add("c")  # a normal add of a key already urgent changes nothing
+    assert len(q) == 3
+    assert drain(q) == ["c", "a", "b"]
+
+
+def test_urgency_survives_a_delay_and_a_re_add_while_processing() -> None:
+    clock = FakeClock()
+    q = WorkQueue(clock=clock)
+    q.add("new")
+    q.add("pod-event", after=0.5, urgent=True)
+    q.add("pod-event", after=2)  # a later wake-up: the earlier one stays, and stays urgent
+    clock.t = 1
+    assert drain(q) == ["pod-event", "new"]
+    q.add("x")
+    q.add("busy")
+    assert q.get(timeout=0) == "x"
+    q.add("x", urgent=True)  # while processing: runs again after done, as urgent
+    q.done("x")
+    assert drain(q) == ["x", "busy"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "get", "done"]), st.sampled_from("abcde"), st.booleans()),
+        max_size=60,
+    )
+)
+def test_with_urgent_keys_every_key_is_handed_out_once_per_add_and_never_twice_at_once(
+    ops: list[tuple[str, str, bool]],
+) -> None:
+    q = WorkQueue()
+    queued: set[str] = set()
+    processing: set[str] = set()
+    dirty: set[str] = set()
+    for op, key, urgent in ops:
+        if op == "add":
+            q.add(key, urgent=urgent)
+            (dirty if key in processing else queued).add(key)
+        elif op == "get":
+            got = q.get(timeout=0)
+            if not queued:
+                assert got is None
+                continue
+            assert got in queued and got not in processing
+            queued.discard(got)
+            processing.add(got)
+        elif key in processing:
+            q.done(key)
+            processing.discard(key)
+            if key in dirty:
+                dirty.discard(key)
+                queued.add(key)
+        assert len(q) == len(queued)
