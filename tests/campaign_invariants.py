@@ -96,11 +96,22 @@ def pods_per_attempt(
 ) -> list[str]:
     """Pods created per attempt <= nodes plus the replacements the status counts in it: a
     pod created twice for one slot (a retry that did not see its first create) is a pod
-    that holds a node's GPUs without being accounted for."""
+    that holds a node's GPUs without being accounted for.
+
+    A pod of an attempt that turns up once a newer attempt's pods exist is not counted here:
+    it is a create the apiserver committed after the client gave up, landing in a slot the
+    end of its attempt had freed (kueue-evict-32 of 2026-11-27), which no operator can
+    refuse. attempts_mixed requires it to be deleted."""
     created: dict[int | None, set[str]] = {}
+    newest: int | None = None
     for e in events:
-        if e.type == "ADDED":
-            created.setdefault(e.attempt, set()).add(e.uid)
+        if e.type != "ADDED":
+            continue
+        if e.attempt is not None and newest is not None and e.attempt < newest:
+            continue  # late: attempts_mixed's
+        if e.attempt is not None:
+            newest = e.attempt if newest is None else max(newest, e.attempt)
+        created.setdefault(e.attempt, set()).add(e.uid)
     allowed = replacements(status)
     out = []
     for attempt, uids in sorted(created.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):

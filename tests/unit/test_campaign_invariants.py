@@ -102,6 +102,31 @@ def test_a_pod_created_twice_for_one_slot_is_caught() -> None:
     assert pods_per_attempt(events, 2, {}) == ["attempt 0: 3 pods created, at most 2 allowed"]
 
 
+def test_a_create_committed_late_into_an_ended_attempt_is_judged_by_attempts_mixed() -> None:
+    """kueue-evict-32: attempt 0's create of j-0 timed out, the retry made j-0, the eviction
+    deleted both pods, attempt 1 began, and the first create then landed (a second j-0 of
+    attempt 0). Not a double create; it must be deleted."""
+    events = [
+        ev("ADDED", "j-0", 0, uid="retry"),
+        ev("ADDED", "j-1", 0),
+        ev("DELETED", "j-0", 0, uid="retry"),
+        ev("DELETED", "j-1", 0),
+        ev("ADDED", "j-0-a1", 1),
+        ev("ADDED", "j-1-a1", 1),
+        ev("ADDED", "j-0", 0, uid="late"),
+    ]
+    assert pods_per_attempt(events, 2, {}) == []
+    assert attempts_mixed(events) == [
+        "pod j-0 of attempt 0 turned up beside ['j-0-a1', 'j-1-a1'] and was never deleted"
+    ]
+    deleted = [*events, ev("DELETED", "j-0", 0, uid="late")]
+    assert attempts_mixed(deleted) == []
+    # Before any newer attempt exists, a second pod for the slot still counts.
+    assert pods_per_attempt(events[:4] + events[6:], 2, {}) == [
+        "attempt 0: 3 pods created, at most 2 allowed"
+    ]
+
+
 def test_a_pod_without_an_attempt_label_is_caught() -> None:
     events = [ev("ADDED", "j-0", 0), PodEvent("ADDED", "stray", "s", None, False)]
     assert pods_per_attempt(events, 2, {}) == ["attempt None: 1 pods created, at most 2 allowed"]
