@@ -113,6 +113,34 @@ class Campaign(Runner):
         self.kinds = kinds
         self.reference: dict[str, dict[str, Any]] = {}
         self.tally: dict[str, Tally] = {s.name: Tally() for s in self.scenarios}
+        self.drawn = 0  # runs drawn from the seed so far (earlier parts' included)
+
+    def skip(self, runs: int, per_run: int) -> None:
+        """Draws `runs` runs' schedules without running them: a campaign resumed after
+        `runs` runs goes on with the schedule an unbroken one would have drawn next."""
+        for _ in range(runs):
+            self.schedule(self.scenarios[self.drawn % len(self.scenarios)], per_run)
+            self.drawn += 1
+
+    def load_tally(self, saved: dict[str, Any]) -> None:
+        """Adds an earlier part's tally (as dump_tally wrote it) to this one."""
+        for name, t in saved.items():
+            mine = self.tally[name]
+            mine.runs += t["runs"]
+            mine.fired.update(t["fired"])
+            mine.unfired.update(t["unfired"])
+            mine.kills += t["kills"]
+            mine.violations += t["violations"]
+            mine.seconds += t["seconds"]
+            mine.harness += t["harness"]
+
+    def dump_tally(self) -> dict[str, Any]:
+        return {
+            n: {"runs": t.runs, "fired": dict(t.fired), "unfired": dict(t.unfired),
+                "kills": t.kills, "violations": t.violations, "seconds": t.seconds,
+                "harness": t.harness}
+            for n, t in self.tally.items()
+        }  # fmt: skip
 
     def schedule(self, scenario: Scenario, count: int) -> list[tuple[str, dict[str, Any]]]:
         """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL; of
@@ -184,8 +212,9 @@ class Campaign(Runner):
         timing (how many runs it takes to fire enough faults is not)."""
         stop = time.monotonic() + minutes * 60 if minutes > 0 else float("inf")
         self.references(parallel)
-        total = runs = 0
-        turn = 0
+        # An earlier part's runs and faults count towards what is wanted (--resume).
+        total = sum(sum(t.fired.values()) for t in self.tally.values())
+        runs = sum(t.runs + len(t.harness) for t in self.tally.values())
         stopped = False
         running: dict[Future[Run], Scenario] = {}
         with ThreadPoolExecutor(parallel) as pool, _aborting(self._abort):
@@ -199,8 +228,8 @@ class Campaign(Runner):
                         print(f"stopped after {minutes:g} minutes", flush=True)
                         stopped = True
                         break
-                    s = self.scenarios[turn % len(self.scenarios)]
-                    turn += 1
+                    s = self.scenarios[self.drawn % len(self.scenarios)]
+                    self.drawn += 1
                     rules = self.schedule(s, per_run)
                     running[pool.submit(self.run, s, rules, False, self.next_index())] = s
                 if not running:
@@ -301,7 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kubeconfig", type=Path, help="use this cluster instead of starting one")
     p.add_argument("--json", type=Path, help="write the tally here")
     p.add_argument("--table", type=Path, help="replace the table in this Markdown file")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the campaign --json holds (same seed, scenarios, kinds and commit): "
+        "its runs count, and the schedule continues where it stopped",
+    )
     args = p.parse_args(argv)
+    earlier = resumed(args) if args.resume else None
     scenarios = [BY_NAME[n] for n in args.scenarios.split(",") if n] or SCENARIOS
     workdir = Path(tempfile.mkdtemp(prefix="faultrun-"))
     started = time.monotonic()
@@ -311,19 +347,61 @@ def main(argv: list[str] | None = None) -> int:
             c = Campaign(
                 kubeconfig, workdir, args.seed, scenarios, apiserver=apiserver, kinds=kinds
             )
+            if earlier is not None:
+                c.load_tally(earlier["tally"])
+                c.skip(earlier["meta"]["drawn"], args.per_run)
             try:
                 ok = c.campaign(
                     args.faults, args.per_run, args.runs, args.minutes, max(args.parallel, 1)
                 )
             finally:
-                report(c, args, started)
+                report(c, args, started, earlier)
         return 0 if ok else 1
     finally:
         if os.environ.get("FAULTRUN_KEEP") != "1":
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
+def commit() -> str:
+    """The checkout's commit, `-dirty` when its tracked files differ from it."""
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "describe", "--always", "--dirty", "--abbrev=12"],
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    return out or "unknown"
+
+
+def meta(args: argparse.Namespace, drawn: int, parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a campaign is: a resumed part must be the same campaign on the same code."""
+    return {
+        "seed": args.seed, "per_run": args.per_run, "scenarios": args.scenarios,
+        "kinds": args.kinds, "commit": commit(), "drawn": drawn, "parts": parts,
+    }  # fmt: skip
+
+
+def resumed(args: argparse.Namespace) -> dict[str, Any]:
+    """The earlier parts --json holds, refused unless this part is the same campaign on the
+    same commit (a campaign's 0 violations are a claim about one version of the code)."""
+    if args.json is None or not args.json.exists():
+        raise SystemExit("--resume needs --json FILE written by an earlier part")
+    saved: dict[str, Any] = json.loads(args.json.read_text())
+    if "meta" not in saved:
+        raise SystemExit(f"{args.json}: no campaign to resume (written before --resume)")
+    want = meta(args, saved["meta"]["drawn"], saved["meta"]["parts"])
+    differs = [k for k in ("seed", "per_run", "scenarios", "kinds", "commit")
+               if saved["meta"][k] != want[k]]  # fmt: skip
+    if differs or want["commit"].endswith("-dirty"):
+        got = {k: saved["meta"][k] for k in differs}
+        raise SystemExit(
+            f"--resume: not the same campaign: {got} then, now "
+            f"{ {k: want[k] for k in differs} } (commit {want['commit']})"
+        )
+    return saved
+
+
+def report(
+    c: Campaign, args: argparse.Namespace, started: float, earlier: dict[str, Any] | None = None
+) -> None:
     """The table and every violation, also when the campaign was cut short."""
     table = c.table()
     print(table)
@@ -334,9 +412,14 @@ def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
                 f"{max(t.seconds):.0f} s longest"
             )
     every = [x for t in c.tally.values() for x in t.seconds]
+    minutes = (time.monotonic() - started) / 60
+    parts = [*(earlier["meta"]["parts"] if earlier else []),
+             {"ended": time.strftime("%Y-%m-%d %H:%M %Z"), "minutes": round(minutes, 1),
+              "parallel": args.parallel}]  # fmt: skip
     print(
-        f"{len(every)} runs ({args.parallel} at once) in {(time.monotonic() - started) / 60:.1f}"
-        f" minutes, {_mean(every):.0f} s per run"
+        f"{len(every)} runs ({args.parallel} at once) in {minutes:.1f} minutes"
+        + (f" ({len(parts)} parts)" if len(parts) > 1 else "")
+        + f", {_mean(every):.0f} s per run"
     )
     for t in c.tally.values():
         for v in t.violations:
@@ -344,25 +427,18 @@ def report(c: Campaign, args: argparse.Namespace, started: float) -> None:
         for h in t.harness:
             print("HARNESS ERROR:", h)
     if args.json:
-        tally = {
-            n: {"runs": t.runs, "fired": t.fired, "unfired": t.unfired, "kills": t.kills,
-                "violations": t.violations, "seconds": t.seconds, "harness": t.harness}
-            for n, t in c.tally.items()
-        }  # fmt: skip
-        args.json.write_text(json.dumps(tally, indent=1))
+        saved = {"meta": meta(args, c.drawn, parts), "tally": c.dump_tally()}
+        args.json.write_text(json.dumps(saved, indent=1))
     if args.table:
-        minutes = (time.monotonic() - started) / 60
+        minutes = sum(part["minutes"] for part in parts)
         runs = sum(t.runs for t in c.tally.values())
         fired = sum(sum(t.fired.values()) for t in c.tally.values())
         short = runs < args.runs or fired < args.faults
-        commit = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-            capture_output=True, text=True,
-        ).stdout.strip() or "unknown"  # fmt: skip
         header = (
-            f"Last full run: {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit}, seed "
+            f"Last full run: {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit()}, seed "
             f"{args.seed}, {args.per_run} faults scheduled per run, {runs} runs, {fired} faults "
             f"fired, {minutes:.0f} minutes on the 2-core development machine"
+            + (f" in {len(parts)} parts (--resume)" if len(parts) > 1 else "")
             + (
                 f" (stopped at the time limit, short of the {args.runs} runs and "
                 f"{args.faults} faults asked for)."

@@ -41,7 +41,7 @@ def test_seeded_fault_campaign_keeps_every_invariant(tmp_path: Path) -> None:
     )  # fmt: skip
     tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     assert out.exists(), tail
-    tally = json.loads(out.read_text())
+    tally = json.loads(out.read_text())["tally"]
     assert [v for t in tally.values() for v in t["violations"]] == [], tail
     assert proc.returncode == 0, tail
     # Counted from the fault seam's own log and the driver's: faults that fired, not the

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import faultrun  # noqa: E402
 from campaign_cluster import Apiserver  # noqa: E402
 from campaign_monitor import relist_events  # noqa: E402
 from campaign_run import Run  # noqa: E402
@@ -27,6 +28,7 @@ def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = T
     c.rng = random.Random(seed)
     c.kinds = kinds
     c.apiserver = object.__new__(Apiserver) if apiserver else None  # not started
+    c.drawn = 0
     return c
 
 
@@ -99,3 +101,59 @@ def test_a_run_the_harness_cannot_finish_is_counted_and_the_campaign_goes_on() -
     assert c.tally[broken].runs == 0 and not c.tally[broken].violations
     assert c.tally[c.scenarios[1].name].runs == 2
     assert "runs the harness could not finish | 2 | 0 | 2 |" in c.table()
+
+
+def stubbed(seed: int) -> tuple[Any, list[tuple[str, Any]]]:
+    """A campaign whose runs only record their scenario and schedule; each fires one 500."""
+    c = campaign(seed, apiserver=False)
+    c.scenarios = SCENARIOS[:3]
+    c.tally = {s.name: Tally() for s in c.scenarios}
+    c.reference = {}
+    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    ran: list[tuple[str, Any]] = []
+
+    def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
+        if not reference:
+            ran.append((scenario.name, rules))
+        return Run({}, Counter({"500": 1}), Counter(), 0, [], 1.0)
+
+    c.run = run
+    return c, ran
+
+
+def test_a_resumed_campaign_goes_on_with_the_schedule_and_the_tally_of_an_unbroken_one() -> None:
+    whole, ran_whole = stubbed(9)
+    assert whole.campaign(faults_wanted=0, per_run=3, runs_wanted=7)
+    first, ran_first = stubbed(9)
+    assert first.campaign(faults_wanted=0, per_run=3, runs_wanted=4)
+    second, ran_second = stubbed(9)
+    second.load_tally(first.dump_tally())
+    second.skip(first.drawn, per_run=3)
+    # The earlier part's 4 runs count towards the 7 wanted: 3 more run.
+    assert second.campaign(faults_wanted=0, per_run=3, runs_wanted=7)
+    assert ran_first + ran_second == ran_whole
+    assert {n: t["runs"] for n, t in second.dump_tally().items()} == {
+        n: t["runs"] for n, t in whole.dump_tally().items()
+    }
+    assert second.table() == whole.table()
+
+
+def test_resume_refuses_another_campaign_or_other_code(tmp_path: Path, monkeypatch: Any) -> None:
+    saved = tmp_path / "tally.json"
+    args = faultrun.argparse.Namespace(
+        seed=1, per_run=6, scenarios="", kinds="", json=saved, parallel=3
+    )
+    with pytest.raises(SystemExit, match="needs --json"):
+        faultrun.resumed(args)
+    monkeypatch.setattr(faultrun, "commit", lambda: "abc123")
+    saved.write_text(faultrun.json.dumps({"meta": faultrun.meta(args, 5, []), "tally": {}}))
+    assert faultrun.resumed(args)["meta"]["drawn"] == 5
+    other = faultrun.argparse.Namespace(**{**vars(args), "seed": 2})
+    with pytest.raises(SystemExit, match="seed"):
+        faultrun.resumed(other)
+    monkeypatch.setattr(faultrun, "commit", lambda: "def456")
+    with pytest.raises(SystemExit, match="commit"):
+        faultrun.resumed(args)
+    monkeypatch.setattr(faultrun, "commit", lambda: "abc123-dirty")
+    with pytest.raises(SystemExit, match="not the same campaign"):
+        faultrun.resumed(args)
