@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from localkube import gomod, procs
 from localkube.controlplane import Cluster
 from localkube.testing import create_namespace
+from prometheus_client.parser import text_string_to_metric_families
 
 from .harness import REPO, USERS, BenchError, api_client, apply_crd, create_raw, wait
 from .workloads import KUBEFLOW, OURS
@@ -195,14 +196,16 @@ RATE_LIMIT_METRIC = "torchrun_operator_client_rate_limit_wait_seconds"
 
 def parse_rate_limit_wait(text: str) -> tuple[float, int] | None:
     """The rate-limit histogram's sum and count from a Prometheus text exposition."""
-    got: dict[str, float] = {}
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in (f"{RATE_LIMIT_METRIC}_sum", f"{RATE_LIMIT_METRIC}_count"):
-            got[name.rsplit("_", 1)[1]] = float(value)
-    if "sum" not in got or "count" not in got:
+    got = {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        if family.name == RATE_LIMIT_METRIC
+        for s in family.samples
+        if s.name in (f"{RATE_LIMIT_METRIC}_sum", f"{RATE_LIMIT_METRIC}_count")
+    }
+    if len(got) < 2:
         return None
-    return got["sum"], int(got["count"])
+    return got[f"{RATE_LIMIT_METRIC}_sum"], int(got[f"{RATE_LIMIT_METRIC}_count"])
 
 
 class Kubeflow(OperatorProc):

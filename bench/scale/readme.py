@@ -172,6 +172,11 @@ def tables_section(data: dict[str, Any], text: bool = False) -> list[str]:
     return out
 
 
+def printed(data: dict[str, Any]) -> str:
+    """What a run prints: its tables in text, then the targets judged against them."""
+    return "\n".join([*tables_section(data, text=True), *targets.markdown(data)])
+
+
 def readme_section(data: dict[str, Any], chart: str = "scale/scaling.png") -> str:
     """The README's generated section from a results file: the tables, the series, HOW."""
     parts = [

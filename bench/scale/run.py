@@ -26,7 +26,7 @@ from localkube import procs
 from localkube.testing import create_namespace, pick_base
 from torchrun_operator.api.names import API_VERSION, PLURAL
 
-from . import audit, figures, limits, readme, series, targets
+from . import audit, figures, limits, readme, series
 from .harness import (
     DIRECT_USER,
     KCM_USER,
@@ -371,8 +371,7 @@ def run_workloads(
 def render(results_json: Path, readme_path: Path | None) -> int:
     data = json.loads(results_json.read_text())
     if data.get("meta"):
-        print("\n".join(readme.tables_section(data, text=True)))
-        print("\n".join(targets.markdown(data)))
+        print(readme.printed(data))
     if readme_path:
         if data.get("series_meta"):
             readme.write_series_chart(data)
@@ -468,8 +467,7 @@ def main(argv: list[str] | None = None) -> int:
             "limits": {s: limits.describe(s, args.workers) for s in results},
         }  # fmt: skip
         data["results"] = results
-        print("\n".join(readme.tables_section(data, text=True)), flush=True)
-        print("\n".join(targets.markdown(data)), flush=True)
+        print(readme.printed(data), flush=True)
     if series_loads:
         pts = series.points(series_results, series_loads)
         for kind, shapes in pts.items():

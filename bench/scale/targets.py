@@ -5,7 +5,6 @@ Pure; `make bench` prints it and writes it into bench/README.md with the tables 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,70 +17,51 @@ Figures = dict[str, Any]
 @dataclass(frozen=True)
 class Target:
     label: str
-    key: str  # our figure (report.value)
+    key: str  # our figure (report.value), and the other kind's where `of` names one
     unit: str
-    # (ours, the workload's figures by kind) -> the bound ours must not exceed, None: n/a
-    bound: Callable[[float, dict[str, Figures]], float | None]
+    against: str  # what the bound is, in words
+    limit: float | None = None  # a fixed bound
+    of: str | None = None  # or: that kind's figure of `key`, times `factor`
+    factor: float = 1.0
     strict: bool = False  # met only below the bound, not at it
-    applies: Callable[[Workload], bool] = lambda w: True
-    against: str = ""  # what the bound is, in words
-    relative: bool = False  # the bound is another kind's figure: shown beside ours
+    gang_only: bool = False  # judged only on workloads with a gang restart
+
+    @property
+    def relative(self) -> bool:
+        """The bound is another kind's figure: shown beside ours."""
+        return self.of is not None
+
+    def bound(self, kinds: dict[str, Figures]) -> float | None:
+        """The figure ours must not exceed (`kinds`: the workload's figures by kind); None
+        when the kind it comes from did not measure it."""
+        if self.of is None:
+            return self.limit
+        theirs = report.value(kinds.get(self.of) or {}, self.key)
+        return theirs * self.factor if isinstance(theirs, int | float) else None
 
 
-def _fixed(x: float) -> Callable[[float, dict[str, Figures]], float | None]:
-    return lambda ours, kinds: x
-
-
-def _of(kind: str, key: str, factor: float = 1.0) -> Callable[[float, dict[str, Figures]], Any]:
-    def bound(ours: float, kinds: dict[str, Figures]) -> float | None:
-        theirs = report.value(kinds.get(kind) or {}, key)
-        return theirs * factor if isinstance(theirs, int | float) else None
-
-    return bound
-
-
+TRAINING_OPERATORS = "<= training-operator's"
 TARGETS = [
-    Target(
-        "pod change -> job status, p95",
-        "status_lag_p95_s",
-        "s",
-        _fixed(1.0),
-        strict=True,
-        against="< 1 s",
-    ),
+    Target("pod change -> job status, p95", "status_lag_p95_s", "s", "< 1 s", 1.0, strict=True),
     Target(
         "one pod fails -> every pod Running again",
         "restart_s",
         "s",
-        _fixed(10.0),
+        "< 10 s",
+        10.0,
         strict=True,
-        applies=lambda w: w.gang_restart,
-        against="< 10 s",
+        gang_only=True,
     ),
-    Target("operator peak RSS", "peak_rss_mib", "MiB", _fixed(100.0), against="<= 100 MiB"),
-    Target(
-        "operator CPU",
-        "cpu_s",
-        "s",
-        _of(KUBEFLOW, "cpu_s"),
-        against="<= training-operator's",
-        relative=True,
-    ),
-    Target(
-        "API requests per job",
-        "api_requests_per_job",
-        "",
-        _of(KUBEFLOW, "api_requests_per_job"),
-        against="<= training-operator's",
-        relative=True,
-    ),
+    Target("operator peak RSS", "peak_rss_mib", "MiB", "<= 100 MiB", 100.0),
+    Target("operator CPU", "cpu_s", "s", TRAINING_OPERATORS, of=KUBEFLOW),
+    Target("API requests per job", "api_requests_per_job", "", TRAINING_OPERATORS, of=KUBEFLOW),
     Target(
         "apply -> every pod Running",
         "pods_running_s",
         "s",
-        _of(DIRECT, "pods_running_s", 1.2),
-        against="<= 1.2 x the direct client",
-        relative=True,
+        "<= 1.2 x the direct client",
+        of=DIRECT,
+        factor=1.2,
     ),
 ]
 
@@ -114,10 +94,10 @@ def judge(data: dict[str, Any]) -> list[tuple[str, list[Verdict]]]:
                 continue
             kinds.setdefault(DIRECT, report.direct_of(tables, w.name))
             for t in TARGETS:
-                if not t.applies(w):
+                if t.gang_only and not w.gang_restart:
                     continue
                 ours = report.value(kinds[OURS], t.key)
-                bound = t.bound(ours, kinds) if isinstance(ours, int | float) else None
+                bound = t.bound(kinds) if isinstance(ours, int | float) else None
                 verdicts.append(Verdict(t, w.name, ours, bound))
         out.append((setting, verdicts))
     return out
