@@ -63,7 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -126,21 +126,15 @@ class Campaign(Runner):
         """Adds an earlier part's tally (as dump_tally wrote it) to this one."""
         for name, t in saved.items():
             mine = self.tally[name]
-            mine.runs += t["runs"]
-            mine.fired.update(t["fired"])
-            mine.unfired.update(t["unfired"])
-            mine.kills += t["kills"]
-            mine.violations += t["violations"]
-            mine.seconds += t["seconds"]
-            mine.harness += t["harness"]
+            for f in fields(Tally):
+                ours = getattr(mine, f.name)
+                setattr(mine, f.name, ours + type(ours)(t[f.name]))
 
     def dump_tally(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: it rebuilds a Counter from its (key, count) pairs.
         return {
-            n: {"runs": t.runs, "fired": dict(t.fired), "unfired": dict(t.unfired),
-                "kills": t.kills, "violations": t.violations, "seconds": t.seconds,
-                "harness": t.harness}
-            for n, t in self.tally.items()
-        }  # fmt: skip
+            n: {f.name: getattr(t, f.name) for f in fields(Tally)} for n, t in self.tally.items()
+        }
 
     def schedule(self, scenario: Scenario, count: int) -> list[tuple[str, dict[str, Any]]]:
         """(kind, rule) pairs, only where they can fire: a job is deleted only by a TTL; of

@@ -95,7 +95,7 @@ class KueueSync(Children):
         )
         if since is not None and not actions:
             # Nothing else wakes the job: Kueue will not touch this Workload again.
-            due = since + kueue_admission.NAMESPACE_UNREAD_RETRY_SECONDS - now
+            due = kueue_admission.namespace_unread_wait(since, now)
             self.queue.add(key, after=max(due, 0.05))
         for action in actions:
             log.info("job %s/%s: workload %s (%s)", *key, action.kind, action.why or "-")

@@ -85,6 +85,12 @@ def namespace_unread(workload: Mapping[str, Any]) -> bool:
     )
 
 
+def namespace_unread_wait(unread_since: float, now: float) -> float:
+    """Seconds left before a Workload held back by `namespace_unread` since `unread_since`
+    (the operator's clock) is replaced; 0 or less: now."""
+    return unread_since + NAMESPACE_UNREAD_RETRY_SECONDS - now
+
+
 def admission(
     job: Mapping[str, Any], workload: Mapping[str, Any] | None, priority: int | None = None
 ) -> Admission | None:
@@ -198,7 +204,7 @@ def workload_actions(
         and not has_reservation(workload)
         and namespace_unread(workload)
         and unread_since is not None
-        and now - unread_since >= NAMESPACE_UNREAD_RETRY_SECONDS
+        and namespace_unread_wait(unread_since, now) <= 0
     ):
         # Nothing of the Workload's own moves Kueue to try it again; a new Workload is queued
         # and read afresh. It holds no quota, so nothing is freed or lost but its place.
