@@ -17,6 +17,8 @@ pytestmark = pytest.mark.usefixtures("operator")
 # 80 steps of 0.3 s: the job must still run after the operator reports step 10 and the pod is
 # killed (with 40, in the fresh root, it finished before the report reached the test).
 STEPS, SAVE_EVERY = 80, 5
+# examples/checkpoint.yaml's spec.nodes: one pod per node and attempt.
+NODES = 2
 
 
 def checkpoint_job(name: str, ckpt: Path) -> list[dict[str, Any]]:
@@ -25,6 +27,7 @@ def checkpoint_job(name: str, ckpt: Path) -> list[dict[str, Any]]:
     job["metadata"]["name"] = name
     spec = job["spec"]
     spec["nprocPerNode"] = 1
+    assert spec["nodes"] == NODES, spec["nodes"]
     spec["rendezvous"]["joinTimeoutSeconds"] = 120
     spec["failurePolicy"] = {"maxRestarts": 2, "backoffSeconds": 1}
     # One directory of this host, the same in both process nodes' pods (a hostPath on the
@@ -91,9 +94,13 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
 
     # The next attempt's pods are told where to resume: the path status.lastCheckpoint had
     # when the operator created them (read while they run: finished pods may be cleaned up).
+    # Both pods: the operator creates them one request at a time, so a read between the two
+    # sees one.
     def second_attempt() -> list[str] | None:
         pods = [p for p in job_pods(kube, namespace, name) if p.metadata.name.endswith("-a1")]
-        return [env_of(p).get("TORCHRUN_OPERATOR_RESUME_FROM", "") for p in pods] or None
+        if len(pods) < NODES:
+            return None
+        return [env_of(p).get("TORCHRUN_OPERATOR_RESUME_FROM", "") for p in pods]
 
     told = wait_for("the second attempt's pods", second_attempt, timeout=120)
 
@@ -110,6 +117,6 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
     assert seen["step"] <= resumed <= first[-1], (first, second)
     assert second[1:] == list(range(resumed + 1, STEPS + 1)), second
     # It was the operator that told it where.
-    assert told == [f"/checkpoints/step-{resumed}.pt"] * 2, told
+    assert told == [f"/checkpoints/step-{resumed}.pt"] * NODES, told
     # The last checkpoint of the run is the job's.
     assert done["status"]["lastCheckpoint"]["step"] == STEPS
