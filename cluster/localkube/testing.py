@@ -3,6 +3,7 @@ stand-in for `Cluster` when the tests run against any KUBECONFIG (kind, a real c
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import re
@@ -74,14 +75,51 @@ def unique_cluster_name(prefix: str = "it") -> str:
     return f"{prefix}{os.getpid()}"[:12]
 
 
-def pick_base(candidates: range = range(200, 255)) -> int:
-    # Random among the free ones: parallel sessions on one host rarely pick the same subnet
-    # in the moment between looking and creating the bridge.
-    used = network.used_bases()
-    free = [b for b in candidates if b not in used]
-    if not free:
-        raise RuntimeError("no free 10.x.0.0/16 for a local cluster")
-    return random.choice(free)
+# Where a picked subnet is claimed until its bridge exists: one folder for the host (not under
+# TMPDIR, which parallel sessions set apart), one file per base holding its owner's pid.
+CLAIMS = Path(os.environ.get("LOCALKUBE_CLAIMS", "/run/localkube/bases"))
+# Longer than any cluster takes to put its bridge up (which then marks the base as used), so
+# a claim never needs removing by its owner; a long-lived process (the fault campaign starts
+# hundreds of clusters) cannot use up the candidates.
+CLAIM_SECONDS = 600.0
+
+
+def _claim_alive(path: Path, now: float) -> bool:
+    try:
+        pid = int(path.read_text() or "0")
+        age = now - path.stat().st_mtime
+    except (OSError, ValueError):
+        return False
+    if age > CLAIM_SECONDS or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # alive, someone else's
+    return True
+
+
+def pick_base(candidates: range = range(200, 255), claims: Path | None = None) -> int:
+    """A free 10.<base>.0.0/16 for a local cluster, claimed for this process: parallel
+    sessions on one host (pytest-xdist's workers, the fault campaign's runs) start clusters
+    at the same moment, and looking at the host's interfaces alone leaves a window between
+    looking and creating the bridge. The look and the claim happen under one host-wide lock."""
+    folder = claims or CLAIMS
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        used = network.used_bases()
+        now = time.time()
+        free = [
+            b for b in candidates if b not in used and not _claim_alive(folder / str(b), now)
+        ]
+        if free:
+            base = random.choice(free)
+            (folder / str(base)).write_text(str(os.getpid()))
+            return base
+    raise RuntimeError("no free 10.x.0.0/16 for a local cluster")
 
 
 @contextmanager
