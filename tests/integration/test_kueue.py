@@ -229,10 +229,28 @@ def start_queued(
     return wait_phase(kube, ns, name, phases, timeout)
 
 
+# The operator's own reasons while Kueue has not yet said anything about the job's Workload
+# (reconcile/admission.py): the Workload is being created, or waits for Kueue's first look.
+NOT_YET_SEEN_BY_KUEUE = ("WorkloadCreating", "Queued")
+
+
 def wait_not_admitted(kube: client.ApiClient, ns: str, name: str, timeout: float) -> dict[str, Any]:
-    """The job's Admitted condition once the job is Queued; it says False (why: its reason)."""
-    queued = wait_phase(kube, ns, name, {"Queued"}, timeout)
-    admitted = condition(queued, "Admitted")
+    """The job's Admitted condition once the job is Queued and Kueue has said why it is not
+    admitted (its reason): a busy machine can show the operator's interim reasons first."""
+
+    def said() -> dict[str, Any] | None:
+        job = get_job(kube, ns, name)
+        if (job.get("status") or {}).get("phase") != "Queued":
+            return None
+        admitted = condition(job, "Admitted")
+        return None if admitted.get("reason") in NOT_YET_SEEN_BY_KUEUE else admitted
+
+    try:
+        admitted: dict[str, Any] = wait_for(f"{name} Queued, with Kueue's reason", said, timeout)
+    except TimeoutError:
+        raise AssertionError(
+            f"{name} never Queued with Kueue's reason: {get_job(kube, ns, name).get('status')}"
+        ) from None
     assert admitted["status"] == "False", admitted
     return admitted
 
