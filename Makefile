@@ -8,7 +8,7 @@ BIN = $(shell cluster/build.sh)
 # (`cluster/build.sh all`).
 TEST_BIN = $(shell cluster/build.sh all)
 
-.PHONY: help test unit e2e lint fmt demo up down crds build build-all venv sysdeps
+.PHONY: help test unit e2e lint fmt demo up down crds build build-all venv torch-root sysdeps
 
 sysdeps: ## install the Debian packages the tests use (hack/sysdeps/packages.tsv), where missing
 	hack/sysdeps/install.sh --group build test
@@ -22,8 +22,23 @@ build-all: ## the same, plus the kubelet and pause (real nodes), KWOK, training-
 venv: ## make or reuse the pinned test environment, linked as .venv
 	hack/venv.sh
 
-test: sysdeps build-all venv lint ## everything CI runs: build, lint, every test
-	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra --durations=30
+torch-root: ## the Debian root with Debian's torch 2.6 the launcher's tests also run in
+	hack/torch-root.sh >/dev/null
+
+# The suite mostly waits on clusters, so it runs in TEST_WORKERS pytest-xdist workers, each
+# with a cluster of its own, a module's tests on one worker (--dist loadscope: its module
+# fixtures start once), handed out in the order tests/integration/conftest.py sorts them
+# (longest first; xdist's own reorder puts modules with many tests first). The Docker tests
+# then run alone: with a Docker engine running, process-node pods beside it have been seen
+# to fail (tests/integration/conftest.py).
+TEST_WORKERS ?= 3
+PYTEST = LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
+XDIST = -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+test: sysdeps build-all venv torch-root lint ## everything CI runs: build, lint, every test
+	rc=0; \
+	$(PYTEST) --durations=30 $(XDIST) -m "not docker" || rc=$$?; \
+	$(PYTEST) --durations=10 -m docker || rc=$$((rc ? rc : $$?)); \
+	exit $$rc
 
 e2e: sysdeps build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra tests/integration/test_images_docker.py \

@@ -35,11 +35,35 @@ from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the ope
 
 INTEGRATION_DIR = Path(__file__).parent
 DOCKER_TESTS = ("test_images_docker.py", "test_real_node.py")
+# The longest modules, longest first (summed test times in `make test` of 2026-11-28). Under
+# pytest-xdist (`--dist loadscope --no-loadscope-reorder`, Makefile) the workers take modules
+# in collection order as they free up: a long module handed out last is the whole run's tail,
+# so these go first, the other integration modules next, the unit tests (many short modules,
+# filling the gaps) last.
+LONGEST_FIRST = (
+    "test_campaign_plants.py",
+    "test_restarts.py",
+    "test_launcher_torchrun.py",
+    "test_bench_scale_smoke.py",
+    "test_fault_injection.py",
+    "test_bench_gpu_smoke.py",
+    "test_operator_jobs.py",
+    "test_leader.py",
+    "test_helm_install.py",
+    "test_gang_scheduling.py",
+    "test_kueue.py",
+    "test_progress_live.py",
+    "test_node_avoidance.py",
+    "test_migrating.py",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs a real control plane")
     config.addinivalue_line("markers", "localkube: needs localkube internals, not any cluster")
+    config.addinivalue_line(
+        "markers", "docker: runs a Docker engine; alone, never beside process-node pods"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -50,10 +74,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("localkube") and use_external_cluster():
             item.add_marker(pytest.mark.skip(reason="needs localkube; running against KUBECONFIG"))
     # The Docker tests start dockerd beside the session's cluster (and stop it afterwards).
-    # They run last: with dockerd started under a running process node, workers of a pod
-    # with an init container have been seen unable to open the launcher (docs/install.md).
+    # They run last, and `make test` runs them in a pytest run of their own after the
+    # parallel one (`-m docker`): with dockerd started under a running process node, workers
+    # of a pod with an init container have been seen unable to open the launcher
+    # (docs/install.md), and parallel workers would run other sessions' pods beside it.
     docker = [i for i in items if Path(str(i.fspath)).name in DOCKER_TESTS]
-    items[:] = [i for i in items if i not in docker] + docker
+    for item in docker:
+        item.add_marker(pytest.mark.docker)
+    items.sort(key=run_order)  # stable: a module's tests keep their order
+
+
+def run_order(item: pytest.Item) -> tuple[int, int]:
+    """The Docker tests last; before them the longest modules, then the other integration
+    tests, then the unit tests (see LONGEST_FIRST)."""
+    path = Path(str(item.fspath))
+    if path.name in DOCKER_TESTS:
+        return (3, 0)
+    if path.name in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(path.name))
+    return (1, 0) if INTEGRATION_DIR in path.parents else (2, 0)
 
 
 @pytest.fixture(scope="session")
