@@ -112,9 +112,7 @@ def pick_base(candidates: range = range(200, 255), claims: Path | None = None) -
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         used = network.used_bases()
         now = time.time()
-        free = [
-            b for b in candidates if b not in used and not _claim_alive(folder / str(b), now)
-        ]
+        free = [b for b in candidates if b not in used and not _claim_alive(folder / str(b), now)]
         if free:
             base = random.choice(free)
             (folder / str(base)).write_text(str(os.getpid()))
