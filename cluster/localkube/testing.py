@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from localkube import network
+from localkube import network, procs
 
 if TYPE_CHECKING:
     from localkube.controlplane import Cluster
@@ -90,15 +90,7 @@ def _claim_alive(path: Path, now: float) -> bool:
         age = now - path.stat().st_mtime
     except (OSError, ValueError):
         return False
-    if age > CLAIM_SECONDS or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # alive, someone else's
-    return True
+    return age <= CLAIM_SECONDS and pid > 0 and procs.pid_alive(pid)
 
 
 def pick_base(candidates: range = range(200, 255), claims: Path | None = None) -> int:
