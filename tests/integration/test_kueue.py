@@ -340,18 +340,33 @@ def test_a_workload_kueue_could_not_read_the_namespace_of_is_queued_afresh(
         "message": unread,
         "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    custom(kube).patch_namespaced_custom_object_status(
-        *KUEUE, ns, "workloads", stuck["metadata"]["name"], {"status": {"conditions": [cond]}}
-    )
-    wait_for(
-        "the job to say what Kueue said",
-        lambda: condition(get_job(kube, ns, "second"), "Admitted").get("message") == unread,
-        30,
-    )
+
+    def unread_held() -> bool:
+        """Writes Kueue's words again whenever Kueue's scheduler, evaluating the Workload
+        anew (any event of its ClusterQueue wakes it, e.g. the first job's pods becoming
+        ready), wrote its own verdict over them; true while the Workload says them."""
+        w = workload(kube, ns, "second")
+        if w is None or w["metadata"]["uid"] != stuck["metadata"]["uid"]:
+            return False
+        if condition(w, "QuotaReserved").get("message") == unread:
+            return True
+        custom(kube).patch_namespaced_custom_object_status(
+            *KUEUE, ns, "workloads", w["metadata"]["name"], {"status": {"conditions": [cond]}}
+        )
+        return False
+
+    def says_unread() -> bool:
+        unread_held()
+        return condition(get_job(kube, ns, "second"), "Admitted").get("message") == unread
+
+    wait_for("the job to say what Kueue said", says_unread, 30)
 
     def replaced() -> dict[str, Any] | None:
         w = workload(kube, ns, "second")
-        return w if w is not None and w["metadata"]["uid"] != stuck["metadata"]["uid"] else None
+        if w is not None and w["metadata"]["uid"] != stuck["metadata"]["uid"]:
+            return w
+        unread_held()
+        return None
 
     fresh = wait_for("a new Workload", replaced, 60)
     # Kueue evaluated the new one: it says again what really holds it back.
