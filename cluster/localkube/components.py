@@ -282,5 +282,7 @@ def node_args(
         api_port=api_port,
         ca_file=str(layout.pki / "ca.crt"),
         bridge=bridge,
+        serving_cert=str(layout.pki / "node.crt"),
+        serving_key=str(layout.pki / "node.key"),
     )
     return [python, "-m", "localkube.node", *options.argv()]

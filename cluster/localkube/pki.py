@@ -178,6 +178,15 @@ class PkiPaths:
         return self.dir / "apiserver.key"
 
     @property
+    def node_cert(self) -> Path:
+        """The process node's serving certificate (its log endpoint, localkube.node.logserver)."""
+        return self.dir / "node.crt"
+
+    @property
+    def node_key(self) -> Path:
+        return self.dir / "node.key"
+
+    @property
     def sa_key(self) -> Path:
         return self.dir / "sa.key"
 
@@ -213,6 +222,9 @@ def write_pki(dir: Path, host_ip: str) -> PkiPaths:
     serving = make_serving_cert(ca, "kube-apiserver", dns, ips)
     _write(paths.apiserver_cert, serving.cert_pem)
     _write(paths.apiserver_key, serving.key_pem, private=True)
+    node = make_serving_cert(ca, "localkube-node", [], [host_ip])
+    _write(paths.node_cert, node.cert_pem)
+    _write(paths.node_key, node.key_pem, private=True)
     sa_key, sa_pub = make_service_account_keys()
     _write(paths.sa_key, sa_key, private=True)
     _write(paths.sa_pub, sa_pub)

@@ -12,6 +12,7 @@ from typing import Any
 import jobs
 import yaml
 from kubernetes import client, utils
+from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from localkube.procs import free_port
 from localkube.testing import wait_for
@@ -94,6 +95,20 @@ def job_pods(api: client.ApiClient, namespace: str, name: str) -> list[Any]:
         .items
     )
     return items
+
+
+def pod_log(api: client.ApiClient, namespace: str, pod: str, container: str = "trainer") -> str:
+    """The container's log, as `kubectl logs` reads it on any cluster (through the API server,
+    from the pod's node); "" while the pod or its container's log is not there."""
+    try:
+        text: str = client.CoreV1Api(api).read_namespaced_pod_log(
+            pod, namespace, container=container
+        )
+    except ApiException as e:
+        if e.status in (400, 404):
+            return ""
+        raise
+    return text
 
 
 def _schedulable(node: Any) -> bool:

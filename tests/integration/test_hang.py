@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import jobs
 import pytest
-from dtj import REPO, apply, load_docs, one_per_node, wait_phase
+from dtj import REPO, apply, load_docs, one_per_node, pod_log, wait_phase
 from kubernetes import client
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -83,9 +82,8 @@ def test_rendezvous_hung_with_every_launcher_stuck_fails_on_the_operators_timer(
     assert all(r["phase"] == "Running" and not r["ready"] for r in status["ranks"])
 
 
-@pytest.mark.localkube  # reads the pods' container logs from the process node's files
 def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
-    kube: client.ApiClient, namespace: str, cluster: Any
+    kube: client.ApiClient, namespace: str
 ) -> None:
     docs = load_docs(REPO / "examples" / "progress.yaml")
     job = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
@@ -93,8 +91,10 @@ def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
     spec["nprocPerNode"] = 1
     spec["failurePolicy"] = {"maxRestarts": 0}
     # Long enough for the workers to start (imports, process group) before step 1 on a
-    # loaded machine: the clock starts at rendezvous.
-    spec["runPolicy"] = {"progressTimeoutSeconds": 20}
+    # loaded machine: the clock starts at rendezvous (20 s was seen too short, with a rank
+    # still importing torch beside three other clusters on 2 cores, and 30 s too).
+    # KeepAll: the pods (and so their logs, read below) stay after the job failed.
+    spec["runPolicy"] = {"progressTimeoutSeconds": 60, "cleanPodPolicy": "KeepAll"}
     trainer = spec["template"]["spec"]["containers"][0]
     # Global rank 1 hangs after step 3; rank 0 trains on (weights averaged only at the end).
     trainer["args"] = [
@@ -103,7 +103,7 @@ def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
     ]
     spec["template"]["spec"]["terminationGracePeriodSeconds"] = 3
     apply(kube, namespace, copy.deepcopy(docs))
-    done = wait_phase(kube, namespace, "progress", {"Succeeded", "Failed"}, timeout=150)
+    done = wait_phase(kube, namespace, "progress", {"Succeeded", "Failed"}, timeout=240)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -111,12 +111,11 @@ def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
     assert "ProgressStalled" in failed["message"]
     failure = status["failure"]
     assert (failure["reason"], failure["kind"]) == ("ProgressStalled", "stalled")
-    assert "progressTimeoutSeconds (20s)" in failure["message"]
+    assert "progressTimeoutSeconds (60s)" in failure["message"]
     assert status["counters"]["infrastructureFailures"] == 1
 
     # The pod named is the one whose rank hung: its launcher logged the stall, naming rank 1.
-    logs = Path(cluster.layout.node_state) / "logs" / namespace
-    text = {i: (logs / f"progress-{i}" / "trainer.log").read_text() for i in (0, 1)}
+    text = {i: pod_log(kube, namespace, f"progress-{i}") for i in (0, 1)}
     stalled = [i for i in (0, 1) if "rank 1: hanging after step 3" in text[i]]
     index = failure["index"]
     assert stalled == [index], {i: t[-2000:] for i, t in text.items()}

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dtj import REPO, OperatorProcess, apply, load_docs, wait_for, wait_phase
+from dtj import REPO, OperatorProcess, apply, load_docs, pod_log, wait_for, wait_phase
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from operator_fixtures import install_crd
@@ -93,11 +93,6 @@ def run(argv: list[str], timeout: float = 180, check: bool = True) -> str:
     if check:
         assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}"
     return proc.stdout
-
-
-def pod_log(cluster: Any, namespace: str, pod: str, container: str = "operator") -> str:
-    path = Path(cluster.layout.node_state) / "logs" / namespace / pod / f"{container}.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def rbac_denials(log: str) -> list[str]:
@@ -301,7 +296,7 @@ def check_installed_operator(
     (pod,) = operator_pods(client.CoreV1Api(kube), operator_ns, selector)
     assert ready(pod), pod.status
     done = run_cpu_example(kube, namespace)
-    log = pod_log(cluster, operator_ns, pod.metadata.name)
+    log = pod_log(kube, operator_ns, pod.metadata.name, container="operator")
     assert log, "the operator pod wrote no log"
     assert not rbac_denials(log), log[-4000:]
     assert "Traceback" not in log, log[-4000:]

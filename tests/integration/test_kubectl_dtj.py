@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,30 +109,17 @@ def test_status_shows_every_rank_and_the_root_cause(
 
 
 def test_logs_of_rank_3_come_from_the_pod_that_holds_it(
-    failed_job: Any, kubectl_env: dict[str, str], cluster: Any
+    failed_job: Any, kubectl_env: dict[str, str], kube: client.ApiClient
 ) -> None:
     ns, name = failed_job["metadata"]["namespace"], failed_job["metadata"]["name"]
     holder = holder_of(failed_job, 3)
     proc = dtj(kubectl_env, "logs", name, "--rank", "3", "-n", ns, ok=False)
-    layout = getattr(cluster, "layout", None)
-    if layout is None:
-        # A cluster with kubelets (kind, a real one): the log itself.
-        assert proc.returncode == 0, proc.stderr
-        assert "RuntimeError: rank 3 failed on purpose" in proc.stdout
-        return
-    # localkube's process node serves no kubelet API, so the API server cannot fetch logs:
-    # the plugin says so, naming the pod and node that hold rank 3 ...
-    assert proc.returncode == 1 and not proc.stdout
-    where = (
-        f"pod {holder['pod']} (index {holder['index']}, node rank {holder['nodeRank']}, "
-        f"node {holder['node']})"
-    )
-    assert where in proc.stderr, proc.stderr
-    assert "kubelet" in proc.stderr
-    # ... and that is the pod whose log (kept by the node as a file) has rank 3's error.
+    assert proc.returncode == 0, proc.stderr
+    assert "RuntimeError: rank 3 failed on purpose" in proc.stdout
+    # The same as kubectl's own logs of the pod that holds rank 3.
     trainer = failed_job["spec"]["template"]["spec"]["containers"][0]["name"]
-    log = Path(layout.node_state) / "logs" / ns / holder["pod"] / f"{trainer}.log"
-    assert "RuntimeError: rank 3 failed on purpose" in log.read_text(errors="replace")
+    direct = client.CoreV1Api(kube).read_namespaced_pod_log(holder["pod"], ns, container=trainer)
+    assert proc.stdout.strip() == direct.strip()
 
 
 def test_unknown_job_is_a_clear_error(failed_job: Any, kubectl_env: dict[str, str]) -> None:

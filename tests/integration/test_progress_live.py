@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
-from dtj import apply, get_job, wait_for, wait_phase
+from dtj import apply, get_job, pod_log, wait_for, wait_phase
 from jobs import condition
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
@@ -83,9 +82,8 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
     assert all(r["step"] == 45 for r in final["ranks"]), final["ranks"]
 
 
-@pytest.mark.localkube  # reads the pods' container logs from the process node's files
 def test_a_hang_names_the_rank_outside_the_collective_and_its_line(
-    kube: client.ApiClient, namespace: str, cluster: Any
+    kube: client.ApiClient, namespace: str
 ) -> None:
     # Global rank 1 hangs at step 4 before the step's barrier; the others wait in it.
     docs = script_job("hangs", 2, 1, STEPS="400", STEP_SLEEP="0.2", HANG_RANK="1", HANG_AT_STEP="4")
@@ -109,8 +107,7 @@ def test_a_hang_names_the_rank_outside_the_collective_and_its_line(
     assert "while other ranks wait in one" in failure["message"]
     assert failure["step"] == 3
     # The full stacks are in the pod logs: the hung rank's, and the others' in the barrier.
-    logs = Path(cluster.layout.node_state) / "logs" / namespace
-    text = {r["pod"]: (logs / r["pod"] / "trainer.log").read_text() for r in status["ranks"]}
+    text = {r["pod"]: pod_log(kube, namespace, r["pod"]) for r in status["ranks"]}
     assert "stacks of a stalled rank" in text[holder["pod"]]
     assert f'File "/workspace/train.py", line {line} in <module>' in text[holder["pod"]]
     other = next(p for p in text if p != holder["pod"])

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from dtj import REPO, quick_job, wait_for
 from kubernetes import client
-from torchrun_operator.client import Client, JobNotFound, LogsUnavailable
+from torchrun_operator.client import Client, JobNotFound
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -27,11 +27,10 @@ def gone(c: Client, name: str) -> bool:
     return False
 
 
-def test_submit_wait_logs_of_rank_0_and_delete(
-    kube: client.ApiClient, namespace: str, cluster: Any
-) -> None:
+def test_submit_wait_logs_of_rank_0_and_delete(kube: client.ApiClient, namespace: str) -> None:
     c = Client(kube, namespace=namespace)
-    job = c.submit(quick_job("sdk-hello"))
+    # KeepAll: the pods stay once the job succeeded, so that their logs can be read.
+    job = c.submit(quick_job("sdk-hello", runPolicy={"cleanPodPolicy": "KeepAll"}))
     assert job.uid and job.namespace == namespace
     assert [j.name for j in c.list()] == ["sdk-hello"]
 
@@ -40,17 +39,12 @@ def test_submit_wait_logs_of_rank_0_and_delete(
     assert status.ranks and {r.phase for r in status.ranks} == {"Succeeded"}
 
     holder = next(r for r in status.ranks if r.global_ranks == "0")
-    layout = getattr(cluster, "layout", None)
-    try:
-        lines = list(c.logs("sdk-hello", rank=0))
-    except LogsUnavailable as e:
-        # localkube's process node serves no kubelet API, so the apiserver cannot fetch logs:
-        # the SDK says which pod and node hold rank 0 ...
-        assert layout is not None, e
-        assert f"pod {holder.pod} (node {holder.node}) holding rank 0" in str(e)
-        # ... and that pod's log (kept by the node as a file) is rank 0's output.
-        log = Path(layout.node_state) / "logs" / namespace / str(holder.pod) / "trainer.log"
-        lines = log.read_text(errors="replace").splitlines()
+    lines = list(c.logs("sdk-hello", rank=0))
+    # The log of the pod that holds rank 0, as the apiserver gives it.
+    direct = client.CoreV1Api(kube).read_namespaced_pod_log(
+        str(holder.pod), namespace, container="trainer"
+    )
+    assert lines == direct.splitlines()
     assert "user program ran" in lines
 
     c.delete("sdk-hello")

@@ -1,8 +1,9 @@
 """CLI: `python -m localkube.node --kubeconfig K --state-dir DIR --nodes-json JSON
 --dns-ip IP --pod-cidr-base N --api-host IP --api-port P --ca-file CA --bridge lk-NAME
-[--backoff-base SECONDS]`.
+[--serving-cert CRT --serving-key KEY] [--backoff-base SECONDS]`.
 
-Registers the Nodes, then runs their pods until SIGTERM/SIGINT, on which it kills every pod
+Serves the pods' logs to the apiserver (localkube.node.logserver; with --serving-cert),
+registers the Nodes, then runs their pods until SIGTERM/SIGINT, on which it kills every pod
 it runs and removes their network namespaces, veths, mounts and created mountpoints.
 """
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from . import kapi, runtime
 from .hostpaths import CreatedPaths
+from .logserver import LogServer
 from .nodes import NodeAgent, NodeConfig
 from .options import NodeOptions
 from .pods import Ipam, NodeContext, PodManager
@@ -46,10 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     api = kapi.load(args.kubeconfig)
     nodes = [NodeConfig.from_json(i, d) for i, d in enumerate(json.loads(args.nodes_json))]
     gateway = f"10.{args.pod_cidr_base}.0.1"
-    agents = [NodeAgent(api, n, gateway, state_dir, stop) for n in nodes]
-    for a in agents:
-        a.register()
-        a.thread.start()
     ctx = NodeContext(
         api=api,
         state_dir=state_dir,
@@ -65,11 +63,23 @@ def main(argv: list[str] | None = None) -> int:
         ipam=Ipam(args.pod_cidr_base),
     )
     manager = PodManager(ctx, nodes)
+    logs = None
+    if args.serving_cert:
+        # Before the Nodes are registered: their status names its port.
+        logs = LogServer(gateway, args.serving_cert, args.serving_key, args.ca_file, manager)
+        logs.serve()
+    port = logs.port if logs is not None else 0
+    agents = [NodeAgent(api, n, gateway, state_dir, stop, port) for n in nodes]
+    for a in agents:
+        a.register()
+        a.thread.start()
     manager.start()
     log.info("nodes %s registered; running pods", [n.name for n in nodes])
     (state_dir / "ready").write_text("1")
     stop.wait()
     log.info("shutting down: killing pods")
+    if logs is not None:
+        logs.close()
     manager.shutdown()
     runtime.cleanup_stale(args.bridge)
     created.remove_all()

@@ -104,7 +104,11 @@ def node_object(cfg: NodeConfig) -> dict[str, Any]:
     }
 
 
-def node_status(cfg: NodeConfig, internal_ip: str, now: str, started: str) -> dict[str, Any]:
+def node_status(
+    cfg: NodeConfig, internal_ip: str, now: str, started: str, kubelet_port: int = 0
+) -> dict[str, Any]:
+    """`kubelet_port`: where the apiserver asks for logs (localkube.node.logserver); 0: none."""
+
     def cond(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
         return {
             "type": ctype,
@@ -140,7 +144,7 @@ def node_status(cfg: NodeConfig, internal_ip: str, now: str, started: str) -> di
             {"type": "InternalIP", "address": internal_ip},
             {"type": "Hostname", "address": cfg.name},
         ],
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "nodeInfo": {
             "kubeletVersion": KUBELET_VERSION,
             "kubeProxyVersion": KUBELET_VERSION,
@@ -166,8 +170,10 @@ class NodeAgent:
         internal_ip: str,
         state_dir: Path,
         stop: threading.Event,
+        kubelet_port: int = 0,
     ) -> None:
         self.core = client.CoreV1Api(api)
+        self.kubelet_port = kubelet_port
         self.coord = client.CoordinationV1Api(api)
         self.cfg, self.ip, self.stop = cfg, internal_ip, stop
         self.pause_file = state_dir / cfg.name / "pause-heartbeat"
@@ -196,9 +202,8 @@ class NodeAgent:
         self.heartbeat()
 
     def heartbeat(self) -> None:
-        status = node_status(
-            self.cfg, self.ip, now_rfc3339(self.cfg.clock_skew_seconds), self.started
-        )
+        now = now_rfc3339(self.cfg.clock_skew_seconds)
+        status = node_status(self.cfg, self.ip, now, self.started, self.kubelet_port)
         kapi.retry(
             lambda: self.core.patch_node_status(
                 self.cfg.name, {"status": status}, _content_type=kapi.MERGE_PATCH

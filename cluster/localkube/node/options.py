@@ -26,6 +26,10 @@ class NodeOptions:
     api_port: int
     ca_file: str
     bridge: str
+    serving_cert: str = field(
+        default="", metadata={"help": "certificate of the log endpoint (none: no endpoint)"}
+    )
+    serving_key: str = ""
     backoff_base: float = field(
         default=10.0, metadata={"help": "first restart back-off in seconds (doubles, capped)"}
     )

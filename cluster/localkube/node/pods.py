@@ -32,9 +32,10 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from . import kapi, status, volumes
+from . import kapi, logserver, status, volumes
 from .env import ConfigError, PodFacts, container_argv, container_env
 from .hostpaths import CreatedPaths
+from .logserver import LogQuery
 from .nodes import NodeConfig, dead_marker, now_rfc3339
 from .probes import ProbeTracker, run_probe
 from .runtime import ContainerProcess, Sandbox
@@ -768,6 +769,40 @@ class PodManager:
                 log.warning("watch of pods on %s failed: %s", node.name, e)
                 self.ctx.stop.wait(delay)
                 delay = min(delay * 2, 10.0)
+
+    def find_log(self, query: LogQuery) -> tuple[Path, Callable[[], bool]] | str:
+        """The log file `kubectl logs` asks for, and whether its container still runs
+        (localkube.node.logserver); or why there is none. A pod whose worker has ended is
+        found through its logs/ link, as long as no later pod of its name replaced it."""
+        ns, name, cname = query.namespace, query.pod, query.container
+        with self.lock:
+            worker = next(
+                (w for w in self.workers.values() if (w.ns, w.pod_name) == (ns, name)), None
+            )
+        run: ContainerRun | None = None
+        if worker is not None:
+            pod_dir = worker.pod_dir
+            run = next((c for c in worker.init + worker.containers if c.name == cname), None)
+            if run is None:
+                return f"container {cname} is not valid for pod {name}"
+        else:
+            link = self.ctx.state_dir / "logs" / ns / name / f"{cname}.log"
+            if not link.is_symlink():
+                return f"no log of container {cname} of pod {ns}/{name} on this node"
+            pod_dir = Path(os.readlink(link)).parent
+        if query.previous:
+            earlier = logserver.previous_log(pod_dir, cname)
+            if earlier is None:
+                return f"previous terminated container {cname} in pod {name} not found"
+            return earlier, lambda: False
+        if run is not None and run.proc is None:
+            return f"container {cname} in pod {name} is waiting to start: {run.reason}"
+        proc = run.proc if run is not None else None
+
+        def running() -> bool:
+            return run is not None and run.proc is proc and run.state == "running"
+
+        return pod_dir / f"{cname}.log", running
 
     def shutdown(self, timeout: float = 20.0) -> None:
         with self.lock:

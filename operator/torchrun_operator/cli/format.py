@@ -423,8 +423,8 @@ def _plain(value: Any) -> Any:
 def log_fetch_error(status: int | None, body: object, entry: Obj) -> str:
     """What to say when the API server could not give a pod's logs.
 
-    The API server fetches logs from the kubelet of the pod's node; when that fails (a node
-    without a kubelet API, as localkube's process node, or an unreachable node) it answers
+    The API server fetches logs from the kubelet of the pod's node; when that fails (an
+    unreachable node, a kubelet that is gone) it answers
     500 with the kubelet URL it tried. Say which pod and node that was: the user can still
     find the rank's output where that node keeps it.
     """
