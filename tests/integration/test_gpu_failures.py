@@ -17,7 +17,7 @@ import pytest
 from dtj import IMAGE, REPO, SMALL, apply, wait_phase
 from kubernetes import client
 
-pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+pytestmark = pytest.mark.usefixtures("operator")
 
 WORKER = REPO / "bench" / "gpu_fail_worker.py"
 

@@ -11,8 +11,8 @@
   (with torchrun's rendezvous store shared with the workers, and without);
 - `kubectl dtj convert` of a Kubeflow training-operator example runs.
 
-Every script writes what its rank saw to a hostPath directory (the pods run on this host),
-where the test reads it.
+Every script prints what its rank saw (one line, `SEEN <json>`), which the test reads from
+the pods' logs through the API: the same on any cluster.
 """
 
 from __future__ import annotations
@@ -21,21 +21,33 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
 import jobs
 import pytest
 import yaml
-from dtj import GROUP, IMAGE, PLURAL, REPO, SMALL, VERSION, apply, create_job, wait_phase
+from dtj import (
+    GROUP,
+    IMAGE,
+    PLURAL,
+    REPO,
+    SMALL,
+    VERSION,
+    apply,
+    create_job,
+    job_pods,
+    pod_log,
+    wait_phase,
+)
 from kubeflow_examples import example
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+pytestmark = pytest.mark.usefixtures("operator")
 
 
-# Records what the rank saw into $OUT/<RANK>.json, after a gloo all_reduce across the world.
+# Prints what the rank saw, after a gloo all_reduce across the world: one write, so that the
+# lines of two workers of a pod never mix.
 RECORD = textwrap.dedent(
     """
     def record(**extra):
@@ -52,12 +64,14 @@ RECORD = textwrap.dedent(
             "argv": sys.argv[1:],
             **extra,
         }
-        with open(os.path.join("/out", f"{dist.get_rank()}.json"), "w") as f:
-            json.dump(seen, f)
+        sys.stdout.write(f"{MARK}{json.dumps(seen)}\\n")
+        sys.stdout.flush()
         dist.barrier()
         dist.destroy_process_group()
     """
 )
+MARK = "SEEN "
+RECORD = f"MARK = {MARK!r}\n{RECORD}"
 
 SCRIPTS = {
     # As torch.distributed.launch's documentation taught it.
@@ -119,10 +133,11 @@ def scripts_configmap(name: str, scripts: dict[str, str]) -> dict[str, Any]:
 
 
 def job_doc(
-    name: str, command: list[str], out: Path, *, nodes: int = 2, nproc: int = 1, **spec: Any
+    name: str, command: list[str], *, nodes: int = 2, nproc: int = 1, **spec: Any
 ) -> dict[str, Any]:
-    """A small CPU job: the scripts at /workspace, `out` (a host directory) at /out."""
-    out.mkdir(parents=True, exist_ok=True)
+    """A small CPU job, the scripts at /workspace; its pods are kept (and their logs, read by
+    `seen`) once it finished."""
+    spec.setdefault("runPolicy", {"cleanPodPolicy": "KeepAll"})
     doc = jobs.job(
         name,
         nodes=nodes,
@@ -133,9 +148,9 @@ def job_doc(
         pod={"terminationGracePeriodSeconds": 2},
         **{"rendezvous": {"joinTimeoutSeconds": 90}, **spec},
     )
-    jobs.mount(doc, {"name": "scripts", "configMap": {"name": f"{name}-scripts"}}, jobs.WORKSPACE)
-    out_dir = {"path": str(out), "type": "Directory"}
-    return jobs.mount(doc, {"name": "out", "hostPath": out_dir}, "/out")
+    return jobs.mount(
+        doc, {"name": "scripts", "configMap": {"name": f"{name}-scripts"}}, jobs.WORKSPACE
+    )
 
 
 def run_jobs(
@@ -150,19 +165,24 @@ def run_jobs(
     return {n: wait_phase(kube, namespace, n, {"Succeeded", "Failed"}, timeout=300) for n in names}
 
 
-def seen(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
+def seen(kube: client.ApiClient, namespace: str, job: str) -> list[dict[str, Any]]:
+    """What each rank of the job printed (RECORD), in rank order."""
+    out = []
+    for pod in job_pods(kube, namespace, job):
+        for line in pod_log(kube, namespace, pod.metadata.name).splitlines():
+            if MARK in line:
+                out.append(json.loads(line.partition(MARK)[2]))
+    return sorted(out, key=lambda r: int(r["rank"]))
 
 
 def test_launch_era_scripts_get_their_local_rank_argument(
-    kube: client.ApiClient, namespace: str, tmp_path: Path
+    kube: client.ApiClient, namespace: str
 ) -> None:
     docs = {
         # the setting, with torch < 2.0's spelling
         "setting": job_doc(
             "setting",
             ["python", "/workspace/launch_era.py", "--epochs", "2"],
-            tmp_path / "setting",
             nproc=2,
             torchrun={"localRankArg": "--local_rank"},
         ),
@@ -170,7 +190,6 @@ def test_launch_era_scripts_get_their_local_rank_argument(
         "launch": job_doc(
             "launch",
             ["python", "-m", "torch.distributed.launch", "--nproc_per_node=2"],
-            tmp_path / "launch",
             nproc=2,
         ),
     }
@@ -182,7 +201,7 @@ def test_launch_era_scripts_get_their_local_rank_argument(
     done = run_jobs(kube, namespace, list(docs.values()))
     for name, flag in (("setting", "--local_rank"), ("launch", "--local-rank")):
         assert done[name]["status"]["phase"] == "Succeeded", done[name]["status"]
-        ranks = seen(tmp_path / name)
+        ranks = seen(kube, namespace, name)
         assert sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
         for r in ranks:
             local = int(r["env"]["LOCAL_RANK"])
@@ -192,11 +211,11 @@ def test_launch_era_scripts_get_their_local_rank_argument(
 
 
 def test_a_launch_era_script_without_its_argument_fails_saying_why(
-    kube: client.ApiClient, namespace: str, tmp_path: Path
+    kube: client.ApiClient, namespace: str
 ) -> None:
     # No localRankArg: argparse exits 2 and records no error. The job's failure quotes the
     # worker's stderr and names the setting that fixes it.
-    doc = job_doc("no-arg", ["python", "/workspace/launch_era.py"], tmp_path, nodes=1)
+    doc = job_doc("no-arg", ["python", "/workspace/launch_era.py"], nodes=1)
     status = run_jobs(kube, namespace, [doc])["no-arg"]["status"]
     assert status["phase"] == "Failed", status
     failure = status["failure"]
@@ -234,15 +253,14 @@ def test_a_launch_era_script_without_its_argument_fails_saying_why(
 def test_init_methods_the_tutorials_teach(
     kube: client.ApiClient,
     namespace: str,
-    tmp_path: Path,
     script: str,
     command: list[str],
     spec: dict[str, Any],
 ) -> None:
-    doc = job_doc("init", [*command, "--some-arg"], tmp_path, **spec)
+    doc = job_doc("init", [*command, "--some-arg"], **spec)
     done = run_jobs(kube, namespace, [doc])["init"]
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    ranks = seen(tmp_path)
+    ranks = seen(kube, namespace, "init")
     assert [(r["rank"], r["worldSize"]) for r in ranks] == [(0, 2), (1, 2)]
     assert all(r["argv"] == ["--some-arg"] for r in ranks)
 
@@ -256,11 +274,9 @@ def _refusal(kube: client.ApiClient, namespace: str, doc: dict[str, Any]) -> str
     return None
 
 
-def test_launcher_flags_at_admission(
-    kube: client.ApiClient, namespace: str, tmp_path: Path
-) -> None:
+def test_launcher_flags_at_admission(kube: client.ApiClient, namespace: str) -> None:
     def doc(name: str, command: list[str], args: list[str] | None = None) -> dict[str, Any]:
-        d = job_doc(name, command, tmp_path / name)
+        d = job_doc(name, command)
         if args is not None:
             d["spec"]["template"]["spec"]["containers"][0]["args"] = args
         return d
@@ -288,12 +304,10 @@ def test_launcher_flags_at_admission(
     assert created["metadata"]["name"] == "hidden"
     done = wait_phase(kube, namespace, "own-args", {"Succeeded", "Failed"}, timeout=300)
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    assert [r["argv"] for r in seen(tmp_path / "own-args")] == [["--nnodes", "2"]] * 2
+    assert [r["argv"] for r in seen(kube, namespace, "own-args")] == [["--nnodes", "2"]] * 2
 
 
-def test_a_converted_kubeflow_example_runs(
-    kube: client.ApiClient, namespace: str, tmp_path: Path
-) -> None:
+def test_a_converted_kubeflow_example_runs(kube: client.ApiClient, namespace: str) -> None:
     """examples/pytorch/cpu-demo of the training operator, converted by `kubectl dtj convert`.
     Its image is not pulled here: demo.py comes from a ConfigMap at the image's WORKDIR."""
     res = subprocess.run(
