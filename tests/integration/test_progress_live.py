@@ -29,7 +29,9 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
         "progress-live",
         3,
         1,
-        STEPS="45",
+        # Long enough that the job still runs when the metrics are read below, on a loaded
+        # machine too (with 45 steps the rank gauges were once missing from that read).
+        STEPS="90",
         STEP_SLEEP="0.2",
         SLOW_RANK="1",
         DECLARE_TOTAL="1",
@@ -56,7 +58,7 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
         r["stepSeconds"] for r in status["ranks"] if r is not slow
     ), status["ranks"]
     progress = status["progress"]
-    assert progress["totalSteps"] == 45 and 1 <= progress["step"] < 45, progress
+    assert progress["totalSteps"] == 90 and 1 <= progress["step"] < 90, progress
     assert progress["stepsPerSecond"] > 0 and progress["eta"], progress
 
     url = f"http://127.0.0.1:{operator.metrics_port}/metrics"
@@ -78,8 +80,8 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
     done = wait_phase(kube, namespace, "progress-live", {"Succeeded", "Failed"}, timeout=200)
     final = done["status"]
     assert final["phase"] == "Succeeded", final.get("failure")
-    assert final["progress"]["step"] == 45
-    assert all(r["step"] == 45 for r in final["ranks"]), final["ranks"]
+    assert final["progress"]["step"] == 90
+    assert all(r["step"] == 90 for r in final["ranks"]), final["ranks"]
 
 
 def test_a_hang_names_the_rank_outside_the_collective_and_its_line(
