@@ -23,7 +23,7 @@ from jobs import condition
 from kubernetes import client
 from test_rankmap import STATUS_PORT, script_job
 
-pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
+pytestmark = pytest.mark.usefixtures("operator")
 
 SENTINEL = STEP
 
