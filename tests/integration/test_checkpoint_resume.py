@@ -12,7 +12,9 @@ import pytest
 from dtj import REPO, SMALL, apply, get_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client
 
-pytestmark = pytest.mark.usefixtures("operator")
+# localkube: the checkpoint directory is a hostPath that every pod shares because every
+# process node is this host, and the test reads the step log from it.
+pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
 
 # 80 steps of 0.3 s: the job must still run after the operator reports step 10 and the pod is
 # killed (with 40, in the fresh root, it finished before the report reached the test).
