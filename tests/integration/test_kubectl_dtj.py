@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from dtj import REPO, apply, load_docs, wait_phase
+from dtj import REPO, apply, load_docs, pod_log, wait_phase
 from kubernetes import client
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -118,8 +118,7 @@ def test_logs_of_rank_3_come_from_the_pod_that_holds_it(
     assert "RuntimeError: rank 3 failed on purpose" in proc.stdout
     # The same as kubectl's own logs of the pod that holds rank 3.
     trainer = failed_job["spec"]["template"]["spec"]["containers"][0]["name"]
-    direct = client.CoreV1Api(kube).read_namespaced_pod_log(holder["pod"], ns, container=trainer)
-    assert proc.stdout.strip() == direct.strip()
+    assert proc.stdout.strip() == pod_log(kube, ns, holder["pod"], trainer).strip()
 
 
 def test_unknown_job_is_a_clear_error(failed_job: Any, kubectl_env: dict[str, str]) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from dtj import REPO, quick_job, wait_for
+from dtj import REPO, pod_log, quick_job, wait_for
 from kubernetes import client
 from torchrun_operator.client import Client, JobNotFound
 
@@ -41,10 +41,7 @@ def test_submit_wait_logs_of_rank_0_and_delete(kube: client.ApiClient, namespace
     holder = next(r for r in status.ranks if r.global_ranks == "0")
     lines = list(c.logs("sdk-hello", rank=0))
     # The log of the pod that holds rank 0, as the apiserver gives it.
-    direct = client.CoreV1Api(kube).read_namespaced_pod_log(
-        str(holder.pod), namespace, container="trainer"
-    )
-    assert lines == direct.splitlines()
+    assert lines == pod_log(kube, namespace, str(holder.pod)).splitlines()
     assert "user program ran" in lines
 
     c.delete("sdk-hello")

@@ -424,9 +424,9 @@ def log_fetch_error(status: int | None, body: object, entry: Obj) -> str:
     """What to say when the API server could not give a pod's logs.
 
     The API server fetches logs from the kubelet of the pod's node; when that fails (an
-    unreachable node, a kubelet that is gone) it answers
-    500 with the kubelet URL it tried. Say which pod and node that was: the user can still
-    find the rank's output where that node keeps it.
+    unreachable node, a kubelet that is gone) it answers 500 with the kubelet URL it tried.
+    Say which pod and node that was: the user can still find the rank's output where that
+    node keeps it.
     """
     pod, node = entry.get("pod") or NONE, entry.get("node") or NONE
     node_rank = entry_node_rank(entry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import socket
 import ssl
 import threading
 import time
@@ -117,13 +118,12 @@ class Files:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.running = True
 
     def find_log(self, query: LogQuery) -> tuple[Path, Callable[[], bool]] | str:
         path = self.root / query.pod / f"{query.container}.log"
         if not path.exists():
             return f"no log of {query.pod}/{query.container}"
-        return path, lambda: self.running
+        return path, lambda: True  # its container runs on
 
 
 @pytest.fixture(scope="module")
@@ -147,20 +147,33 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, certs: dict[str, Path]) -> Iterator[tuple[LogServer, Files]]:
-    files = Files(tmp_path)
+def server(tmp_path: Path, certs: dict[str, Path]) -> Iterator[LogServer]:
     s = LogServer(
-        "127.0.0.1", str(certs["serving.crt"]), str(certs["serving.key"]), str(certs["ca"]), files
+        "127.0.0.1",
+        str(certs["serving.crt"]),
+        str(certs["serving.key"]),
+        str(certs["ca"]),
+        Files(tmp_path),
     )
     s.serve()
-    yield s, files
+    yield s
     s.close()
 
 
-def get(s: LogServer, certs: dict[str, Path], path: str, who: str = "client") -> tuple[int, bytes]:
+def write_log(root: Path, data: bytes) -> None:
+    """The log of container c of pod p, as Files finds it."""
+    (root / "p").mkdir()
+    (root / "p" / "c.log").write_bytes(data)
+
+
+def get(
+    s: LogServer, certs: dict[str, Path], path: str, who: str | None = "client"
+) -> tuple[int, bytes]:
+    """GET over TLS, with the client pair `who` (None: no client certificate)."""
     ctx = ssl.create_default_context(cafile=str(certs["ca"]))
     ctx.check_hostname = False
-    ctx.load_cert_chain(str(certs[f"{who}.crt"]), str(certs[f"{who}.key"]))
+    if who is not None:
+        ctx.load_cert_chain(str(certs[f"{who}.crt"]), str(certs[f"{who}.key"]))
     conn = http.client.HTTPSConnection("127.0.0.1", s.port, context=ctx, timeout=10)
     conn.request("GET", path)
     resp = conn.getresponse()
@@ -168,58 +181,44 @@ def get(s: LogServer, certs: dict[str, Path], path: str, who: str = "client") ->
 
 
 def test_the_apiservers_certificate_reads_a_log(
-    server: tuple[LogServer, Files], certs: dict[str, Path], tmp_path: Path
+    server: LogServer, certs: dict[str, Path], tmp_path: Path
 ) -> None:
-    s, _ = server
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "c.log").write_bytes(b"one\ntwo\nthree\n")
-    assert get(s, certs, "/containerLogs/ns/p/c") == (200, b"one\ntwo\nthree\n")
-    assert get(s, certs, "/containerLogs/ns/p/c?tailLines=2") == (200, b"two\nthree\n")
-    status, body = get(s, certs, "/containerLogs/ns/p/missing")
+    write_log(tmp_path, b"one\ntwo\nthree\n")
+    assert get(server, certs, "/containerLogs/ns/p/c") == (200, b"one\ntwo\nthree\n")
+    assert get(server, certs, "/containerLogs/ns/p/c?tailLines=2") == (200, b"two\nthree\n")
+    status, body = get(server, certs, "/containerLogs/ns/p/missing")
     assert status == 404 and b"no log of p/missing" in body
-    assert get(s, certs, "/exec/ns/p/c")[0] == 404
-    assert get(s, certs, "/containerLogs/ns/p/c?tailLines=-1")[0] == 400
+    assert get(server, certs, "/exec/ns/p/c")[0] == 404
+    assert get(server, certs, "/containerLogs/ns/p/c?tailLines=-1")[0] == 400
 
 
+@pytest.mark.parametrize("who", ["stranger", None], ids=["another-ca", "no-certificate"])
 def test_a_client_without_the_clusters_certificate_reads_nothing(
-    server: tuple[LogServer, Files], certs: dict[str, Path], tmp_path: Path
+    server: LogServer, certs: dict[str, Path], tmp_path: Path, who: str | None
 ) -> None:
-    s, _ = server
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "c.log").write_bytes(b"secret\n")
+    write_log(tmp_path, b"secret\n")
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        get(s, certs, "/containerLogs/ns/p/c", who="stranger")
-    ctx = ssl.create_default_context(cafile=str(certs["ca"]))
-    ctx.check_hostname = False
-    conn = http.client.HTTPSConnection("127.0.0.1", s.port, context=ctx, timeout=10)
-    with pytest.raises((ssl.SSLError, ConnectionError)):
-        conn.request("GET", "/containerLogs/ns/p/c")
-        conn.getresponse().read()
+        get(server, certs, "/containerLogs/ns/p/c", who=who)
 
 
 def test_a_silent_client_does_not_hold_up_the_others(
-    server: tuple[LogServer, Files], certs: dict[str, Path], tmp_path: Path
+    server: LogServer, certs: dict[str, Path], tmp_path: Path
 ) -> None:
-    import socket
-
-    s, _ = server
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "c.log").write_bytes(b"ok\n")
-    with socket.create_connection(("127.0.0.1", s.port)):  # connects, never says a word
-        assert get(s, certs, "/containerLogs/ns/p/c") == (200, b"ok\n")
+    write_log(tmp_path, b"ok\n")
+    with socket.create_connection(("127.0.0.1", server.port)):  # connects, never says a word
+        assert get(server, certs, "/containerLogs/ns/p/c") == (200, b"ok\n")
 
 
 def test_a_follower_ends_when_the_server_closes(
-    server: tuple[LogServer, Files], certs: dict[str, Path], tmp_path: Path
+    server: LogServer, certs: dict[str, Path], tmp_path: Path
 ) -> None:
-    s, files = server
-    (tmp_path / "p").mkdir()
-    (tmp_path / "p" / "c.log").write_bytes(b"going\n")
+    write_log(tmp_path, b"going\n")
     got: list[tuple[int, bytes]] = []
-    t = threading.Thread(target=lambda: got.append(get(s, certs, "/containerLogs/ns/p/c?follow=1")))
+    follow = "/containerLogs/ns/p/c?follow=1"
+    t = threading.Thread(target=lambda: got.append(get(server, certs, follow)))
     t.start()
     time.sleep(0.5)
     assert t.is_alive()  # it follows a running container
-    s.stopping.set()
+    server.stopping.set()
     t.join(10)
     assert got == [(200, b"going\n")]
