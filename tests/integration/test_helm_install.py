@@ -17,10 +17,10 @@ make every call the operator makes, and none of a list of calls it does not make
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,24 +45,28 @@ CRD_NAME = "distributedtrainingjobs.torchrun.dev"
 SOURCE_COMMAND = ["python", "-m", "torchrun_operator.main"]
 
 
-def _pod_visible_source() -> Path:
-    """A copy of the operator package where the operator pod can see it.
+@pytest.fixture(scope="module")
+def source_env() -> Iterator[list[dict[str, str]]]:
+    """The env that points the operator pod at a copy of this checkout's package.
 
     The chart mounts an emptyDir at /tmp, and a checkout under /tmp (CI clones there) would be
-    hidden by it inside the pod; so the package is copied under the user's cache instead.
+    hidden by it inside the pod; so the package is copied under the user's cache instead, into
+    a directory of this test process's own: xdist's workers all run this module's fixtures,
+    and one worker's copy must not be removed under another's operator pod.
     """
-    digest = hashlib.sha256(str(REPO).encode()).hexdigest()[:12]
-    dest = Path.home() / ".cache" / "torchrun-operator" / "pod-src" / digest
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(
-        REPO / "operator" / "torchrun_operator",
-        dest / "torchrun_operator",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
-    return dest
-
-
-SOURCE_ENV = [{"name": "PYTHONPATH", "value": str(_pod_visible_source())}]
+    root = Path.home() / ".cache" / "torchrun-operator" / "pod-src"
+    root.mkdir(parents=True, exist_ok=True)
+    dest = Path(tempfile.mkdtemp(prefix="src-", dir=root))
+    dest.chmod(0o755)  # mkdtemp's 0700 would hide it from the pod's non-root user
+    try:
+        shutil.copytree(
+            REPO / "operator" / "torchrun_operator",
+            dest / "torchrun_operator",
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
+        yield [{"name": "PYTHONPATH", "value": str(dest)}]
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
 
 
 @pytest.fixture
@@ -307,7 +311,12 @@ def check_installed_operator(
 
 
 def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstalls(
-    cluster: Any, kube: client.ApiClient, namespace: str, sole_operator: None, tmp_path: Path
+    cluster: Any,
+    kube: client.ApiClient,
+    namespace: str,
+    sole_operator: None,
+    tmp_path: Path,
+    source_env: list[dict[str, str]],
 ) -> None:
     helm = helm_bin(cluster)
     kubeconfig = str(cluster.kubeconfig)
@@ -319,7 +328,7 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
             {
                 "watchNamespaces": [namespace],
                 "command": SOURCE_COMMAND,
-                "env": SOURCE_ENV,
+                "env": source_env,
             }
         )
     )
@@ -426,7 +435,11 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
 
 
 def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
-    cluster: Any, kube: client.ApiClient, namespace: str, sole_operator: None
+    cluster: Any,
+    kube: client.ApiClient,
+    namespace: str,
+    sole_operator: None,
+    source_env: list[dict[str, str]],
 ) -> None:
     kubectl = kubectl_bin()
     k = [kubectl, "--kubeconfig", str(cluster.kubeconfig)]
@@ -445,7 +458,7 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
                 "path": "/spec/template/spec/containers/0/command",
                 "value": SOURCE_COMMAND,
             },
-            {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": SOURCE_ENV[0]},
+            {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": source_env[0]},
         ]
         run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
         run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
