@@ -1,29 +1,31 @@
-"""The per-job NetworkPolicy, enforced with real packets on the local cluster's process nodes
-(kube-network-policies, fed by localkube's iptables NFQUEUE rule: localkube.netpol;
-docs/security.md).
+"""The per-job NetworkPolicy, enforced with real packets: on the local cluster's process nodes
+(kube-network-policies, fed by localkube's iptables NFQUEUE rule: localkube.netpol) and on
+kind as hack/kind.sh builds it (the same enforcer as a DaemonSet on every node:
+images/kind-node/netpol.sh); docs/security.md.
 
 One job is probed while it runs: its pods have trained (gloo all-reduce) and then hold their
-ports open, waiting for a file the test writes once the probes are done. While they wait:
+ports open, until the test says "release" on a notice board (an unprotected pod that keeps
+what is PUT to it and serves it back: the test and the pods reach it on any cluster, and no
+volume is shared between nodes). While they wait:
 
 - a pod of another job (a real DistributedTrainingJob) and a pod of another namespace that
   carries the job's own label try the rendezvous port of pod 0 and the status ports of both
-  pods: every connection times out (the SYN is dropped), while the same probers reach an
-  unprotected server pod, so the network itself works for them;
+  pods: every connection times out (the SYN is dropped), while the same probers reach the
+  unprotected board, so the network itself works for them; they post what they saw there;
 - the operator, which reads the status port from the host, keeps the job's live progress
   current: steps the launchers reported after enforcement began reach the job's status;
 - the job's own pods, released, open new connections to pod 0's rendezvous and status ports
   and a new gloo group (new connections on ephemeral ports), and the job succeeds.
 
-Probes start only once the enforcer is bound to its queue and judges the victim's pods: the
-queue lets packets pass while nobody reads it (fail open), and the enforcer learns a pod's
-address from the API. A connection from a host process that is not root, which no policy
-admits, is dropped once both hold; the queue is still bound after the probes.
+On the local cluster, probes start only once the enforcer is bound to its queue and judges
+the victim's pods: the queue lets packets pass while nobody reads it (fail open), and the
+enforcer learns a pod's address from the API. A connection from a host process that is not
+root, which no policy admits, is dropped once both hold; the queue is still bound after the
+probes. The first test fails, not skips, where the cluster enforces nothing.
 
-Then, on a second short-lived cluster: a killed enforcer unbinds its queue and makes the
-cluster stale, and the queue rule goes with the cluster all the same.
-
-Both fail, not skip, where the session's cluster enforces nothing (the enforcer not
-built: `cluster/build.sh netpol`, part of `all`).
+Then, on a second short-lived local cluster: a killed enforcer unbinds its queue and makes
+the cluster stale, and the queue rule goes with the cluster all the same (localkube's own
+machinery, so that test alone is marked localkube).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,20 +51,20 @@ from localkube.components import default_nodes
 from localkube.controlplane import Cluster
 from localkube.testing import create_namespace, namespace_name, pick_base
 
-pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
+pytestmark = pytest.mark.usefixtures("operator")
 
 RDZV_PORT = 29400
 STATUS_PORT = 29401
-SERVER_PORT = 8080
+BOARD_PORT = 8080
 # How long a prober waits for a connection. A dropped SYN is retried by the kernel and never
 # answered, so a refused port shows as "timeout"; an open one answers within milliseconds.
 CONNECT_TIMEOUT = 8.0
 
 # The victim: trains a few steps, then counts steps (the progress file the launcher serves on
-# its status port) until the test writes /shared/release; then, with enforcement on, opens new
+# its status port) until the test posts "release" on the board; then, with enforcement on, opens new
 # connections to pod 0's ports and a new gloo group, and finishes.
 VICTIM = """\
-import os, socket, time
+import os, socket, time, urllib.request
 import torch
 import torch.distributed as dist
 
@@ -84,9 +87,16 @@ for step in range(10):
 assert losses[-1] < losses[0], losses
 print(f"rank {rank}: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
 
+def released():
+    try:
+        with urllib.request.urlopen(os.environ["BOARD"] + "/release", timeout=2):
+            return True
+    except OSError:  # 404 until the test says so (HTTPError is an OSError)
+        return False
+
 progress = os.environ["TORCHRUN_OPERATOR_PROGRESS_FILE"]
 step = 0
-while not os.path.exists("/shared/release"):
+while not released():
     step += 1
     if os.environ["LOCAL_RANK"] == "0":
         with open(progress + ".tmp", "w") as f:
@@ -107,10 +117,29 @@ print(f"rank {rank}: reached {pod0} {os.environ['RDZV_PORT']},{os.environ['STATU
 dist.destroy_process_group()
 """
 
-# A prober: tries each target, writes {target: "open"|"refused"|"timeout"} to /shared/<name>.
+# The notice board: keeps what is PUT at a path and serves it back (404 until then).
+BOARD = """\
+import http.server, sys
+store = {}
+class Board(http.server.BaseHTTPRequestHandler):
+    def do_PUT(self):
+        store[self.path] = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(204)
+        self.end_headers()
+    def do_GET(self):
+        body = store.get(self.path)
+        self.send_response(404 if body is None else 200)
+        self.end_headers()
+        self.wfile.write(body or b"")
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("0.0.0.0", int(sys.argv[1])), Board).serve_forever()
+"""
+
+# A prober: tries each target, PUTs {target: "open"|"refused"|"timeout"} at <board>/<name>.
 PROBE = """\
-import json, socket, sys, threading
-name, timeout, targets = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
+import json, socket, sys, threading, urllib.request
+name, timeout, board, targets = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4:]
 result = {}
 
 def probe(target):
@@ -130,20 +159,19 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-with open(f"/shared/{name}.tmp", "w") as f:
-    json.dump(result, f)
-import os
-os.replace(f"/shared/{name}.tmp", f"/shared/{name}")
+put = urllib.request.Request(f"{board}/{name}", json.dumps(result).encode(), method="PUT")
+urllib.request.urlopen(put, timeout=30).close()
 """
 
 
-def shared_volume(path: Path) -> dict[str, Any]:
-    return {"name": "shared", "hostPath": {"path": str(path), "type": "Directory"}}
-
-
-def victim_job(name: str, shared: Path) -> list[dict[str, Any]]:
-    env = {"POD0": f"{name}-0.{name}", "RDZV_PORT": str(RDZV_PORT), "STATUS_PORT": str(STATUS_PORT)}
-    docs = jobs.scripted(
+def victim_job(name: str, board: str) -> list[dict[str, Any]]:
+    env = {
+        "POD0": f"{name}-0.{name}",
+        "RDZV_PORT": str(RDZV_PORT),
+        "STATUS_PORT": str(STATUS_PORT),
+        "BOARD": board,
+    }
+    return jobs.scripted(
         name,
         {"train.py": VICTIM},
         ["python", "/workspace/train.py"],
@@ -156,33 +184,29 @@ def victim_job(name: str, shared: Path) -> list[dict[str, Any]]:
         failurePolicy={"maxRestarts": 0},
         runPolicy={"cleanPodPolicy": "KeepAll"},
     )
-    jobs.mount(docs[1], shared_volume(shared), "/shared")
-    return docs
 
 
-def probe_args(name: str, targets: list[str]) -> list[str]:
-    """The prober's command; the test writes PROBE to the shared folder first."""
-    return ["python", "/shared/probe.py", name, str(CONNECT_TIMEOUT), *targets]
+def probe_args(name: str, board: str, targets: list[str]) -> list[str]:
+    return ["python", "-c", PROBE, name, str(CONNECT_TIMEOUT), board, *targets]
 
 
-def prober_job(name: str, shared: Path, targets: list[str]) -> list[dict[str, Any]]:
+def prober_job(name: str, board: str, targets: list[str]) -> list[dict[str, Any]]:
     """A pod of another job: a one-pod DistributedTrainingJob whose worker probes."""
-    doc = jobs.job(
-        name,
-        nodes=1,
-        nproc=1,
-        image=IMAGE,
-        command=probe_args(name, targets),
-        trainer={"resources": SMALL},
-        pod={"terminationGracePeriodSeconds": 2},
-        failurePolicy={"maxRestarts": 0},
-    )
-    return [jobs.mount(doc, shared_volume(shared), "/shared")]
+    return [
+        jobs.job(
+            name,
+            nodes=1,
+            nproc=1,
+            image=IMAGE,
+            command=probe_args(name, board, targets),
+            trainer={"resources": SMALL},
+            pod={"terminationGracePeriodSeconds": 2},
+            failurePolicy={"maxRestarts": 0},
+        )
+    ]
 
 
-def plain_pod(
-    name: str, command: list[str], shared: Path, labels: dict[str, str] | None = None
-) -> Any:
+def plain_pod(name: str, command: list[str], labels: dict[str, str] | None = None) -> Any:
     """A Pod manifest (Any: the client's create takes dicts, though its stubs say V1Pod)."""
     return {
         "apiVersion": "v1",
@@ -192,17 +216,25 @@ def plain_pod(
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 2,
             "automountServiceAccountToken": False,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "python:3.11",
-                    "command": command,
-                    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
-                }
-            ],
-            "volumes": [shared_volume(shared)],
+            "containers": [{"name": "main", "image": "python:3.11", "command": command}],
         },
     }
+
+
+def board_get(board: str, path: str) -> bytes | None:
+    """What the board holds at `path`, or None (not posted yet, or the board not answering)."""
+    try:
+        with urllib.request.urlopen(f"{board}/{path}", timeout=5) as resp:
+            body: bytes = resp.read()
+            return body
+    except (OSError, ValueError):
+        return None
+
+
+def board_put(board: str, path: str, body: bytes) -> None:
+    urllib.request.urlopen(
+        urllib.request.Request(f"{board}/{path}", body, method="PUT"), timeout=10
+    ).close()
 
 
 def running_ip(core: client.CoreV1Api, namespace: str, name: str) -> str | None:
@@ -239,23 +271,22 @@ def other_namespace(kube: client.ApiClient) -> Iterator[str]:
 
 
 def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
-    kube: client.ApiClient, namespace: str, other_namespace: str, cluster: Any, tmp_path: Path
+    kube: client.ApiClient, namespace: str, other_namespace: str, cluster: Any
 ) -> None:
-    if not getattr(cluster, "network_policies", False):
+    local = isinstance(cluster, Cluster)
+    if local and not cluster.network_policies:
         pytest.fail("the session's cluster enforces no NetworkPolicy: run cluster/build.sh netpol")
-    queue = netpol.queue_id(cluster.net)
     core = client.CoreV1Api(kube)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    (shared / "probe.py").write_text(PROBE)
     name = "victim"
 
-    # An unprotected server: no policy selects it, so every prober must reach it.
-    server = plain_pod(
-        "server", ["python", "-m", "http.server", str(SERVER_PORT), "--bind", "0.0.0.0"], shared
+    # The board: no policy selects it, so every prober and the test must reach it.
+    core.create_namespaced_pod(
+        namespace, plain_pod("board", ["python", "-c", BOARD, str(BOARD_PORT)])
     )
-    core.create_namespaced_pod(namespace, server)
-    apply(kube, namespace, victim_job(name, shared))
+    board_ip = wait_for("the board pod", lambda: running_ip(core, namespace, "board"), 120)
+    board = f"http://{board_ip}:{BOARD_PORT}"
+    wait_for("the board to answer", lambda: reachable(board_ip, BOARD_PORT), 60)
+    apply(kube, namespace, victim_job(name, board))
 
     def victims_waiting() -> list[Any] | None:
         job = get_job(kube, namespace, name)
@@ -265,54 +296,53 @@ def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
         # Trained and counting: the operator has read both pods' progress once.
         return pods if len(pods) == 2 and all(steps.get(i) for i in (0, 1)) else None
 
-    pods = wait_for("the victim's pods to train and wait", victims_waiting, timeout=180)
+    pods = wait_for("the victim's pods to train and wait", victims_waiting, timeout=240)
     ips = {int(p.metadata.labels["torchrun.dev/index"]): p.status.pod_ip for p in pods}
-    server_ip = wait_for("the server pod", lambda: running_ip(core, namespace, "server"), 60)
 
-    assert netpol.queue_bound(queue), f"no enforcer reads queue {queue}"
+    if local:
+        queue = netpol.queue_id(cluster.net)
+        assert netpol.queue_bound(queue), f"no enforcer reads queue {queue}"
 
-    def filtered() -> bool:
-        return all(connect_as(65534, ip, STATUS_PORT) == "timeout" for ip in ips.values())
+        def filtered() -> bool:
+            return all(connect_as(65534, ip, STATUS_PORT) == "timeout" for ip in ips.values())
 
-    # A process of another user on the host is refused: no policy admits the node's address.
-    # From here on every new connection to the victim's pods is judged by its policy.
-    wait_for("the enforcer to judge the victim's pods", filtered, timeout=60)
-    # The host's root (the operator's path: it runs on the node) reaches the status port: what
-    # admits it here is the exemption of the host root's sockets (localkube.netpol).
-    assert connect_as(0, ips[0], STATUS_PORT) == "open"
+        # A process of another user on the host is refused: no policy admits the node's
+        # address. From here on every new connection to the victim's pods is judged.
+        wait_for("the enforcer to judge the victim's pods", filtered, timeout=60)
+        # The host's root (the operator's path: it runs on the node) reaches the status port:
+        # what admits it here is the exemption of the host root's sockets (localkube.netpol).
+        assert connect_as(0, ips[0], STATUS_PORT) == "open"
 
     targets = [
         f"{ips[0]}:{RDZV_PORT}",
         f"{ips[0]}:{STATUS_PORT}",
         f"{ips[1]}:{STATUS_PORT}",
-        f"{server_ip}:{SERVER_PORT}",
+        f"{board_ip}:{BOARD_PORT}",
     ]
-    apply(kube, namespace, prober_job("other-job", shared, targets))
+    apply(kube, namespace, prober_job("other-job", board, targets))
     # Another namespace, with the victim's own job label: a podSelector alone matches pods of
     # the policy's namespace only.
     impostor = plain_pod(
-        "impostor",
-        probe_args("impostor", targets),
-        shared,
-        labels={"torchrun.dev/job-name": name},
+        "impostor", probe_args("impostor", board, targets), {"torchrun.dev/job-name": name}
     )
     core.create_namespaced_pod(other_namespace, impostor)
 
     def results() -> dict[str, dict[str, str]] | None:
-        found = {p: shared / p for p in ("other-job", "impostor")}
-        if not all(f.exists() for f in found.values()):
+        found = {p: board_get(board, p) for p in ("other-job", "impostor")}
+        if not all(found.values()):
             return None
-        return {p: json.loads(f.read_text()) for p, f in found.items()}
+        return {p: json.loads(body or b"") for p, body in found.items()}
 
-    probed = wait_for("the probes", results, timeout=120)
-    assert netpol.queue_bound(queue), "the enforcer stopped during the probes"
+    probed = wait_for("the probes", results, timeout=180)
+    if local:
+        assert netpol.queue_bound(queue), "the enforcer stopped during the probes"
     for prober, result in probed.items():
         assert result == {
             targets[0]: "timeout",
             targets[1]: "timeout",
             targets[2]: "timeout",
             targets[3]: "open",
-        }, (prober, result)
+        }, (prober, result, "a port open to the prober: does the cluster enforce NetworkPolicy?")
 
     # The operator still reads the status port: a step the launchers count now, read by the
     # test from pod 0's launcher after the probes, reaches the job's status later.
@@ -327,14 +357,20 @@ def test_only_the_jobs_pods_and_the_operator_reach_its_ports_and_the_job_trains(
 
     wait_for(f"the job's status to pass step {seen} of pod 0", lambda: status_passed(seen), 60)
 
-    (shared / "release").write_text("go\n")
+    board_put(board, "release", b"go")
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
     assert done["status"]["phase"] == "Succeeded", done["status"]
 
 
-def read_status_step(ip: str) -> int | None:
-    import urllib.request
+def reachable(ip: str, port: int) -> bool:
+    try:
+        socket.create_connection((ip, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
+
+def read_status_step(ip: str) -> int | None:
     try:
         with urllib.request.urlopen(f"http://{ip}:{STATUS_PORT}/status", timeout=2) as resp:
             data = json.loads(resp.read())
@@ -345,6 +381,7 @@ def read_status_step(ip: str) -> int | None:
     return step if isinstance(step, int) and step > 0 else None
 
 
+@pytest.mark.localkube
 def test_a_killed_enforcer_leaves_the_cluster_stale_and_its_rule_goes_with_the_cluster(
     cluster: Any,
 ) -> None:
