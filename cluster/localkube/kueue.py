@@ -1,18 +1,22 @@
-"""Kueue on the local cluster: its CRDs, its manager as a host process, and its webhooks.
+"""Kueue for the tests: its CRDs, its manager as a host process, and its webhooks, on the local
+cluster or on any cluster whose API server can reach this host (kind's, from its Docker
+network).
 
 The manager (`kueue-<version>`, built by `cluster/build.sh kueue`) runs on the host like the
-other components, with a kubeconfig and a config file. Its CRDs and webhook configurations are
-read from the Go module cache (`sigs.k8s.io/kueue@<version>/config/components`), never copied
-into this repository.
+local cluster's components, with a kubeconfig and a config file. Its CRDs and webhook
+configurations are read from the Go module cache
+(`sigs.k8s.io/kueue@<version>/config/components`), never copied into this repository.
 
-Webhook serving: a certificate from the cluster's own CA (localkube.pki), for 127.0.0.1, and
-webhook configurations that call `https://127.0.0.1:<port>/<path>` with that CA. Kueue's
+Webhook serving: a CA made for the manager (localkube.pki), a certificate for the address the
+API server reaches this host on (127.0.0.1 where the API server runs here; on another cluster
+the address this host uses towards its nodes, see `webhook_address`), and webhook
+configurations that call `https://<that address>:<port>/<path>` with that CA. Kueue's
 internal cert management is off: it writes its certificate into a Secret and injects the CA
 into webhook configurations that name a Service (`kueue-webhook-service`), which reaches the
-manager only as a pod behind that Service; here there is neither, and the apiserver runs on the
-same host. Only the webhooks of Kueue's own API group are installed: the manager runs no job
-integration (the operator creates its Workloads itself), so a pod or Job webhook would only put
-every pod create in the cluster behind a process that tests start and stop.
+manager only as a pod behind that Service; here there is neither. Only the webhooks of
+Kueue's own API group are installed: the manager runs no job integration (the operator creates
+its Workloads itself), so a pod or Job webhook would only put every pod create in the cluster
+behind a process that tests start and stop.
 
 CRD conversion webhooks are left out too: everything here speaks kueue.x-k8s.io/v1beta2, the
 storage version, so no conversion is ever asked for.
@@ -20,6 +24,8 @@ storage version, so no conversion is ever asked for.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import subprocess
 import time
@@ -60,9 +66,9 @@ def _docs(path: Path) -> Iterator[dict[str, Any]]:
             yield doc
 
 
-def webhook_configurations(mod: Path, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
-    """Kueue's webhook configurations for its own API group, calling the manager on the host
-    at 127.0.0.1:`port` instead of through a Service."""
+def webhook_configurations(mod: Path, host: str, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+    """Kueue's webhook configurations for its own API group, calling the manager on this host
+    at `host`:`port` instead of through a Service."""
     import base64
 
     bundle = base64.b64encode(ca_pem).decode()
@@ -74,7 +80,7 @@ def webhook_configurations(mod: Path, port: int, ca_pem: bytes) -> list[dict[str
             if groups != {GROUP}:
                 continue
             path = hook["clientConfig"]["service"]["path"]
-            hook = {**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}"}}
+            hook = {**hook, "clientConfig": {"url": f"https://{host}:{port}{path}"}}
             hook["clientConfig"]["caBundle"] = bundle
             hooks.append(hook)
         name = WEBHOOK_PREFIX + doc["metadata"]["name"]
@@ -89,7 +95,9 @@ class KueuePorts:
     metrics: int
 
 
-def render_config(ports: KueuePorts, cert_dir: Path, external_frameworks: list[str]) -> str:
+def render_config(
+    ports: KueuePorts, cert_dir: Path, external_frameworks: list[str], webhook_host: str
+) -> str:
     """The manager's Configuration: no leader election (one manager); the operator's jobs
     named as an external framework (Kind.version.group) so that Kueue knows who owns their
     Workloads (an empty `frameworks` is defaulted to batch/job, whose webhooks are not
@@ -100,7 +108,7 @@ def render_config(ports: KueuePorts, cert_dir: Path, external_frameworks: list[s
         "namespace": NAMESPACE,
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.health}"},
         "metrics": {"bindAddress": f"127.0.0.1:{ports.metrics}"},
-        "webhook": {"port": ports.webhook, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "webhook": {"port": ports.webhook, "host": webhook_host, "certDir": str(cert_dir)},
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
@@ -136,16 +144,52 @@ def manager_argv(cert_dir: Path, argv: list[str]) -> list[str]:
     ]
 
 
-def write_serving_cert(pki_paths: pki.PkiPaths, cert_dir: Path) -> None:
-    """tls.crt and tls.key (controller-runtime's names) for 127.0.0.1, from the cluster CA."""
+def write_serving_cert(cert_dir: Path, host: str) -> bytes:
+    """tls.crt and tls.key (controller-runtime's names) for `host`, from a CA made for this
+    manager alone; returns that CA's certificate (the webhooks' caBundle)."""
     cert_dir.mkdir(parents=True, exist_ok=True)
-    kc = pki.make_serving_cert(
-        pki.load_ca(pki_paths), "kueue-webhook", ["localhost"], ["127.0.0.1"]
-    )
+    ca = pki.make_ca("localkube-kueue-webhook-ca")
+    kc = pki.make_serving_cert(ca, "kueue-webhook", ["localhost"], [host])
     (cert_dir / "tls.crt").write_bytes(kc.cert_pem)
     key = cert_dir / "tls.key"
     key.write_bytes(kc.key_pem)
     key.chmod(0o600)
+    return ca.cert_pem
+
+
+def route_source(ip: str) -> str:
+    """The address this host sends from towards `ip` (`ip route get`)."""
+    out = subprocess.run(
+        ["ip", "-j", "route", "get", ip], capture_output=True, text=True, check=True
+    ).stdout
+    src: str = json.loads(out)[0]["prefsrc"]
+    return src
+
+
+def webhook_address(api: Any) -> str:
+    """Where the cluster's API server reaches a server on this host: 127.0.0.1 when a node is
+    this host's own address or a loopback one (the local cluster, whose API server runs
+    here), else the address this host uses towards the first node (kind: this host's address
+    on the Docker network its node containers share)."""
+    from kubernetes import client
+
+    nodes = client.CoreV1Api(api).list_node().items
+    return address_for_nodes(
+        [
+            a.address
+            for n in nodes
+            for a in (n.status.addresses if n.status else None) or []
+            if a.type == "InternalIP"
+        ]
+    )
+
+
+def address_for_nodes(ips: list[str]) -> str:
+    """webhook_address's choice, from the nodes' InternalIPs."""
+    if not ips:
+        raise RuntimeError("no node has an InternalIP: cannot tell where the API server runs")
+    src = route_source(ips[0])
+    return "127.0.0.1" if src == ips[0] or ipaddress.ip_address(src).is_loopback else src
 
 
 class Kueue:
@@ -181,11 +225,12 @@ class Kueue:
         try:
             self._install_crds(client.ApiextensionsV1Api(api), crds(mod), timeout)
             self._namespace(client.CoreV1Api(api))
+            host = webhook_address(api)
             cert_dir = self.dir / "certs"
-            write_serving_cert(self.cluster.pki, cert_dir)
+            ca = write_serving_cert(cert_dir, host)
             config = self.dir / "config.yaml"
-            config.write_text(render_config(self.ports, cert_dir, self.external_frameworks))
-            kubeconfig = self.cluster.mint_kubeconfig("kueue-manager", ["system:masters"])
+            config.write_text(render_config(self.ports, cert_dir, self.external_frameworks, host))
+            kubeconfig = self._manager_kubeconfig()
             METRICS_CERT_DIR.mkdir(parents=True, exist_ok=True)  # the mount point, left empty
             argv = [str(exe), f"--config={config}", "--zap-log-level=2"]
             self.proc = procs.start(
@@ -197,8 +242,7 @@ class Kueue:
             ready = f"http://127.0.0.1:{self.ports.health}/readyz"
             procs.wait_until("kueue", lambda: procs.http_ok(ready), self.proc, self.log, timeout)
             reg = client.AdmissionregistrationV1Api(api)
-            ca = self.cluster.pki.ca_cert.read_bytes()
-            for conf in webhook_configurations(mod, self.ports.webhook, ca):
+            for conf in webhook_configurations(mod, host, self.ports.webhook, ca):
                 self._apply_webhook(reg, conf)
             # The webhooks answer once a ResourceFlavor can be created (dry run) through them.
             custom = client.CustomObjectsApi(api)
@@ -231,6 +275,15 @@ class Kueue:
         if self.proc is not None:
             procs.stop(self.proc.pid)
             self.proc = None
+
+    def _manager_kubeconfig(self) -> Path:
+        """A user of its own in system:masters on the local cluster; elsewhere the cluster's
+        kubeconfig (the tests' own, an administrator's on kind)."""
+        mint = getattr(self.cluster, "mint_kubeconfig", None)
+        if mint is None:
+            return Path(self.cluster.kubeconfig)
+        path: Path = mint("kueue-manager", ["system:masters"])
+        return path
 
     @staticmethod
     def _install_crds(ext: Any, docs: list[dict[str, Any]], timeout: float) -> None:

@@ -37,6 +37,18 @@ class ExternalCluster:
 
     kubeconfig: Path
 
+    @property
+    def bin_dir(self) -> Path:
+        """The binaries the tests run on this host (Kueue's manager, helm, kubectl)."""
+        from localkube.controlplane import find_bin_dir
+
+        return find_bin_dir()
+
+    def api_client(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
     def mint_service_account_kubeconfig(self, namespace: str, sa: str) -> Path:
         from kubernetes import client, config
 

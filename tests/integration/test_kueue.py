@@ -1,6 +1,6 @@
-"""Kueue on the local cluster: jobs labelled kueue.x-k8s.io/queue-name are admitted by a real
-Kueue (built by `cluster/build.sh kueue`, run with its webhooks by localkube.kueue) through the
-Workload the operator creates and follows (docs/scheduling.md).
+"""Kueue on any cluster (the local one, kind): jobs labelled kueue.x-k8s.io/queue-name are
+admitted by a real Kueue (built by `cluster/build.sh kueue`, run on this host with its webhooks
+by localkube.kueue) through the Workload the operator creates and follows (docs/scheduling.md).
 
 While these tests run, the session's operator is replaced by one started with --kueue (both
 would act on every job).
@@ -27,8 +27,6 @@ from dtj import (
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube.kueue import Kueue
-
-pytestmark = pytest.mark.localkube
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 EXTERNAL_FRAMEWORK = "DistributedTrainingJob.v1alpha1.torchrun.dev"
@@ -73,9 +71,25 @@ def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
-def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]:
-    """A ResourceFlavor that puts pods on node-1, a ClusterQueue with room for 2 CPUs (one
-    job of 2 pods x 1 CPU) that preempts lower priorities for higher ones, WorkloadPriorityClasses
+def flavor_node(kube: client.ApiClient) -> str:
+    """The node the ResourceFlavor names: the last schedulable one by name (node-1 of the
+    local cluster, a worker of kind's)."""
+
+    def schedulable(node: Any) -> bool:
+        taints = node.spec.taints or []
+        return not node.spec.unschedulable and all(t.effect != "NoSchedule" for t in taints)
+
+    nodes: list[Any] = client.CoreV1Api(kube).list_node().items
+    names = sorted(n.metadata.labels["kubernetes.io/hostname"] for n in nodes if schedulable(n))
+    assert names, "no schedulable node"
+    return names[-1]
+
+
+@pytest.fixture
+def queue(kube: client.ApiClient, namespace: str, kueue: Kueue, flavor_node: str) -> Iterator[str]:
+    """A ResourceFlavor that puts pods on `flavor_node`, a ClusterQueue with room for 1 CPU
+    (one job of 2 pods x 500m: a kind worker of two cores has room for it beside its
+    DaemonSets) that preempts lower priorities for higher ones, WorkloadPriorityClasses
     `<namespace>-low` and `-high`, and a LocalQueue `q` in the test's namespace."""
     api = custom(kube)
     flavor, cq = f"f-{namespace}", f"cq-{namespace}"
@@ -97,7 +111,7 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
             "apiVersion": "kueue.x-k8s.io/v1beta2",
             "kind": "ResourceFlavor",
             "metadata": {"name": flavor},
-            "spec": {"nodeLabels": {"kubernetes.io/hostname": "node-1"}},
+            "spec": {"nodeLabels": {"kubernetes.io/hostname": flavor_node}},
         },
     )
     api.create_cluster_custom_object(
@@ -117,7 +131,7 @@ def queue(kube: client.ApiClient, namespace: str, kueue: Kueue) -> Iterator[str]
                             {
                                 "name": flavor,
                                 "resources": [
-                                    {"name": "cpu", "nominalQuota": "2"},
+                                    {"name": "cpu", "nominalQuota": "1"},
                                     {"name": "memory", "nominalQuota": "4Gi"},
                                 ],
                             }
@@ -160,12 +174,12 @@ def queued_job(
     priority: str | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """2 pods x 1 process, 1 CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
+    """2 pods x 1 process, 500m CPU each, in queue `q`; attempt 0 sleeps `seconds`. `priority`:
     low or high; `spec`: more fields of the spec."""
     labels = {"kueue.x-k8s.io/queue-name": "q"}
     if priority is not None:
         labels["kueue.x-k8s.io/priority-class"] = f"{ns}-{priority}"
-    cpu = {"cpu": "1", "memory": "1Gi"}
+    cpu = {"cpu": "500m", "memory": "1Gi"}
     docs = jobs.scripted(
         name,
         {"job.py": SCRIPT},
@@ -278,7 +292,7 @@ def wait_resumed(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 @pytest.mark.usefixtures("kueue_operator")
 def test_quota_for_one_job_runs_the_second_only_after_the_first(
-    kube: client.ApiClient, namespace: str, queue: str, cluster: Any
+    kube: client.ApiClient, namespace: str, queue: str, cluster: Any, flavor_node: str
 ) -> None:
     ns = namespace
     start_queued(kube, ns, "first", 15, {"Starting", "Running"}, 120)
@@ -310,11 +324,11 @@ def test_quota_for_one_job_runs_the_second_only_after_the_first(
     # Admission put the flavor's node labels into the pods, as Kueue's integrations do.
     wait_for("the second job's pods", lambda: job_pods(kube, ns, "second"), 120)
     for pod in job_pods(kube, ns, "second"):
-        assert pod.spec.node_selector == {"kubernetes.io/hostname": "node-1"}
+        assert pod.spec.node_selector == {"kubernetes.io/hostname": flavor_node}
         assert pod.metadata.labels["kueue.x-k8s.io/podset"] == "workers"
     second = wait_succeeded(kube, ns, "second")
     assert condition(second, "Admitted")["status"] == "True"
-    assert all(p.spec.node_name == "node-1" for p in job_pods(kube, ns, "second"))
+    assert all(p.spec.node_name == flavor_node for p in job_pods(kube, ns, "second"))
 
 
 @pytest.mark.usefixtures("kueue_operator")
