@@ -29,8 +29,8 @@ CACHE=${LOCALKUBE_CACHE:-$HOME/.cache/torchrun-operator}
 # kueue: core + kueue; trainer: core + Kubeflow Trainer v2 and JobSet; netpol: core +
 # kube-network-policies (the process node's NetworkPolicy enforcer); all: all of those, kwok
 # and training-operator; kind: core + kubelet, pause and what a kind node image needs besides
-# (hack/kind-node-image.sh): kubeadm, kube-proxy, kubectl, crictl, local-path-provisioner, and
-# kind itself.
+# (hack/kind-node-image.sh): kubeadm, kube-proxy, kubectl, crictl, local-path-provisioner,
+# kube-network-policies, and kind itself.
 WHAT=${*:-core}
 
 key="k8s-$K8S_VERSION.etcd-$ETCD_VERSION.coredns-$COREDNS_VERSION.helm-$HELM_VERSION"
@@ -60,7 +60,7 @@ expected() {
       "trainer-controller-manager-$TRAINER_VERSION jobset-$JOBSET_VERSION kueue-$KUEUE_VERSION" \
       "kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION" ;;
     kind) echo "$core kubelet pause kubeadm kube-proxy kubectl crictl local-path-provisioner" \
-      "kind-$KIND_VERSION" ;;
+      "kind-$KIND_VERSION kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION" ;;
   esac
 }
 left() {
@@ -304,7 +304,7 @@ if [ "$WHAT" = kind ]; then
     mv "$BIN/kind" "$BIN/kind-$KIND_VERSION"
   fi
 fi
-if [ "$WHAT" = all ] || [ "$WHAT" = netpol ]; then
+if [ "$WHAT" = all ] || [ "$WHAT" = netpol ] || [ "$WHAT" = kind ]; then
   build_netpol
 fi
 if [ "$WHAT" = all ] || [ "$WHAT" = kueue ]; then

@@ -17,7 +17,7 @@
 # filesystem with the static binary, built from Go modules by `cluster/build.sh kind`):
 # kube-apiserver, kube-controller-manager, kube-scheduler, etcd, coredns, pause; kube-proxy on
 # Debian with iptables. In place of kindnet: images/kind-node/default-cni.yaml (bridge-cni.sh,
-# Debian's CNI plugins). Storage: kind's local-path manifest with local-path-provisioner built
+# Debian's CNI plugins; netpol.sh, NetworkPolicy by kube-network-policies). Storage: kind's local-path manifest with local-path-provisioner built
 # here. What differs from upstream kind: docs/install.md, "kind".
 #
 #   hack/kind-node-image.sh [IMAGE]
@@ -37,6 +37,7 @@ cd "$(dirname "$0")/.."
 . images/base/minbase.sh
 export K8S_VERSION=${K8S_VERSION:-v1.37.2}
 export KIND_VERSION=${KIND_VERSION:-v0.33.0}
+export KUBE_NETWORK_POLICIES_VERSION=${KUBE_NETWORK_POLICIES_VERSION:-v0.8.0}
 SUITE=${SUITE:-bookworm}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${SECURITY_MIRROR:-http://deb.debian.org/debian-security}
@@ -78,6 +79,8 @@ LPP_VERSION=$("$BIN/local-path-provisioner" --version 2>/dev/null | awk '{print 
 BASE_IMAGE=local/kind-base:$KIND_VERSION-$SUITE
 NETBASE_IMAGE=local/kind-netbase:$SUITE
 CNI_IMAGE=local/kind-bridge-cni:$K8S_VERSION
+NETPOL_BIN=$BIN/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION
+NETPOL_IMAGE=local/kind-netpol:$KUBE_NETWORK_POLICIES_VERSION
 LPP_IMAGE=local/kind-local-path-provisioner:$LPP_VERSION
 LPP_HELPER_IMAGE=local/kind-local-path-helper:$SUITE
 
@@ -277,6 +280,16 @@ COPY kubectl bridge-cni.sh /usr/local/bin/
 ENTRYPOINT ["/usr/local/bin/bridge-cni.sh"]
 EOF
   }
+  h=$(recipe netbase_image "$nb" "$NETPOL_BIN" "$HERE/netpol.sh")
+  fresh "$NETPOL_IMAGE" "$h" || {
+    log "$NETPOL_IMAGE"
+    netbase_image "$h" "$NETPOL_IMAGE" "$NETPOL_BIN" <<EOF
+FROM $NETBASE_IMAGE
+COPY ${NETPOL_BIN##*/} /usr/local/bin/kube-network-policies
+COPY netpol.sh /usr/local/bin/
+ENTRYPOINT ["/usr/local/bin/netpol.sh"]
+EOF
+  }
   h=$(recipe netbase_image "$nb")
   fresh "$LPP_HELPER_IMAGE" "$h" || {
     log "$LPP_HELPER_IMAGE"
@@ -326,7 +339,8 @@ build_node() {
   done
   printf '%s' "$K8S_VERSION" | node_exec cp /dev/stdin /kind/version
   node_exec mkdir -p /kind/manifests
-  sed "s#@CNI_IMAGE@#$CNI_IMAGE#" "$HERE/default-cni.yaml" | node_exec cp /dev/stdin /kind/manifests/default-cni.yaml
+  sed -e "s#@CNI_IMAGE@#$CNI_IMAGE#" -e "s#@NETPOL_IMAGE@#$NETPOL_IMAGE#" "$HERE/default-cni.yaml" |
+    node_exec cp /dev/stdin /kind/manifests/default-cni.yaml
   storage_manifest | node_exec cp /dev/stdin /kind/manifests/default-storage.yaml
   # The sandbox image: kubeadm's pause (kind's base config names an older one and pulls it).
   node_exec sed -i "s#sandbox_image = .*#sandbox_image = \"$PAUSE_IMAGE\"#" /etc/containerd/config.toml
@@ -363,7 +377,8 @@ build_images
 NODE_IMAGES=(
   "$(kubeadm_image kube-apiserver)" "$(kubeadm_image kube-controller-manager)"
   "$(kubeadm_image kube-scheduler)" "$(kubeadm_image kube-proxy)"
-  "$ETCD_IMAGE" "$COREDNS_IMAGE" "$PAUSE_IMAGE" "$CNI_IMAGE" "$LPP_IMAGE" "$LPP_HELPER_IMAGE"
+  "$ETCD_IMAGE" "$COREDNS_IMAGE" "$PAUSE_IMAGE" "$CNI_IMAGE" "$NETPOL_IMAGE" "$LPP_IMAGE"
+  "$LPP_HELPER_IMAGE"
 )
 ids=()
 for image in "${NODE_IMAGES[@]}"; do ids+=("$("$docker" image inspect -f '{{.Id}}' "$image")"); done
