@@ -105,8 +105,9 @@ PYTHONPATH=operator "$PY" -m torchrun_operator.cli.main status cpu-ddp
 "$HELM" uninstall torchrun-operator -n torchrun-system --wait
 
 # 2. The integration suite, unchanged, against this cluster. Tests that need localkube's
-# insides (the process node, its log files) are skipped with that reason.
+# insides are skipped with that reason; the Helm install tests run the operator image loaded
+# above (TORCHRUN_OPERATOR_IMAGE).
 step "integration tests: ${TESTS:-tests/integration}"
 # shellcheck disable=SC2086  # TESTS is a list of pytest arguments
-LOCALKUBE_USE_KUBECONFIG=1 "$PY" -m pytest -ra ${TESTS:-tests/integration}
+LOCALKUBE_USE_KUBECONFIG=1 TORCHRUN_OPERATOR_IMAGE=$OPERATOR_IMAGE "$PY" -m pytest -ra ${TESTS:-tests/integration}
 step "done"

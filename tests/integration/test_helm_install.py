@@ -1,12 +1,15 @@
 """Installing the operator as users do: `helm install` of the chart, `kubectl apply` of
-deploy/install.yaml. The operator then runs as a pod on the process node, under its own
-ServiceAccount, with in-cluster configuration from the projected token, and runs a job.
+deploy/install.yaml. The operator then runs as a pod, under its own ServiceAccount, with
+in-cluster configuration from the projected token, and runs a job.
 
-Images are not pulled on localkube: the operator pod runs this checkout with the test
-environment's Python. The chart's `command` value (default `[torchrun-operator]`, the image's
-entrypoint) becomes `python -m torchrun_operator.main`, and `env` adds PYTHONPATH pointing at
-`operator/` — values any user could set; nothing is installed into the Python environment.
-The install manifest gets the same two changes through `kubectl patch` after `kubectl apply`.
+On the local cluster no image is pulled: the operator pod, on the process node, runs this
+checkout with the test environment's Python. The chart's `command` value (default
+`[torchrun-operator]`, the image's entrypoint) becomes `python -m torchrun_operator.main`, and
+`env` adds PYTHONPATH pointing at a copy of `operator/` — values any user could set; nothing is
+installed into the Python environment. On another cluster (kind) the pod runs the operator
+image that TORCHRUN_OPERATOR_IMAGE names, which its nodes must hold (tests/e2e/kind.sh loads it
+and sets it). The install manifest gets the same changes through `kubectl patch` after
+`kubectl apply`.
 
 While these tests run, the session's own operator (fixture `operator`) is stopped, so that
 the installed operator alone can make the job succeed: a missing permission cannot hide
@@ -18,10 +21,13 @@ make every call the operator makes, and none of a list of calls it does not make
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +36,8 @@ import yaml
 from dtj import REPO, OperatorProcess, apply, load_docs, pod_log, wait_for, wait_phase
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from localkube.controlplane import Cluster
 from operator_fixtures import install_crd
-
-pytestmark = pytest.mark.localkube
 
 CHART = REPO / "charts" / "torchrun-operator"
 INSTALL = REPO / "deploy" / "install.yaml"
@@ -43,9 +48,12 @@ INSTANCE = f"app.kubernetes.io/instance={RELEASE}"
 CRD_NAME = "distributedtrainingjobs.torchrun.dev"
 # How the operator pod runs this checkout on the process node (see the module docstring).
 SOURCE_COMMAND = ["python", "-m", "torchrun_operator.main"]
+# The operator image for other clusters, which their nodes hold (see the module docstring).
+IMAGE_ENV = "TORCHRUN_OPERATOR_IMAGE"
+CONTAINER = "/spec/template/spec/containers/0"
 
 
-@pytest.fixture(scope="module")
+@contextmanager
 def source_env() -> Iterator[list[dict[str, str]]]:
     """The env that points the operator pod at a copy of this checkout's package.
 
@@ -67,6 +75,40 @@ def source_env() -> Iterator[list[dict[str, str]]]:
         yield [{"name": "PYTHONPATH", "value": str(dest)}]
     finally:
         shutil.rmtree(dest, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Run:
+    """How the installed operator pod runs: chart values, and the same as a JSON patch of the
+    install manifest's Deployment."""
+
+    values: dict[str, Any]
+    patch: list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def how(cluster: Any) -> Iterator[Run]:
+    if isinstance(cluster, Cluster):
+        with source_env() as env:
+            yield Run(
+                values={"command": SOURCE_COMMAND, "env": env},
+                patch=[
+                    {"op": "replace", "path": f"{CONTAINER}/command", "value": SOURCE_COMMAND},
+                    {"op": "add", "path": f"{CONTAINER}/env/-", "value": env[0]},
+                ],
+            )
+        return
+    image = os.environ.get(IMAGE_ENV)
+    if not image:
+        pytest.fail(f"{IMAGE_ENV} must name an operator image this cluster's nodes hold")
+    repository, _, tag = image.rpartition(":")
+    yield Run(
+        values={"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}},
+        patch=[
+            {"op": "add", "path": f"{CONTAINER}/image", "value": image},
+            {"op": "add", "path": f"{CONTAINER}/imagePullPolicy", "value": "IfNotPresent"},
+        ],
+    )
 
 
 @pytest.fixture
@@ -316,22 +358,14 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
     namespace: str,
     sole_operator: None,
     tmp_path: Path,
-    source_env: list[dict[str, str]],
+    how: Run,
 ) -> None:
     helm = helm_bin(cluster)
     kubeconfig = str(cluster.kubeconfig)
     release_ns = f"{namespace[:55]}-op"
     core = client.CoreV1Api(kube)
     values = tmp_path / "values.yaml"
-    values.write_text(
-        yaml.safe_dump(
-            {
-                "watchNamespaces": [namespace],
-                "command": SOURCE_COMMAND,
-                "env": source_env,
-            }
-        )
-    )
+    values.write_text(yaml.safe_dump({"watchNamespaces": [namespace], **how.values}))
     base = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
     try:
         run(
@@ -349,8 +383,8 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
         assert "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
         assert done["status"]["worldSize"] == 4
         # The chart's default (jobNetworkPolicy.enabled): the job got its NetworkPolicy, created
-        # with the chart's RBAC. (Whether it is enforced is the CNI's business; localkube's
-        # pod network enforces none.)
+        # with the chart's RBAC. (Whether it is enforced is the CNI's business:
+        # test_network_policy_enforced.py.)
         policy: Any = client.NetworkingV1Api(kube).read_namespaced_network_policy(
             done["metadata"]["name"], namespace
         )
@@ -439,7 +473,7 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
     kube: client.ApiClient,
     namespace: str,
     sole_operator: None,
-    source_env: list[dict[str, str]],
+    how: Run,
 ) -> None:
     kubectl = kubectl_bin()
     k = [kubectl, "--kubeconfig", str(cluster.kubeconfig)]
@@ -451,16 +485,9 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
     selector = ",".join(f"{k}={v}" for k, v in dep["spec"]["selector"]["matchLabels"].items())
     try:
         run([*k, "apply", "--server-side", "-f", str(INSTALL)])
-        # The process node runs no image entrypoint: run this checkout instead (module doc).
-        patch = [
-            {
-                "op": "replace",
-                "path": "/spec/template/spec/containers/0/command",
-                "value": SOURCE_COMMAND,
-            },
-            {"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": source_env[0]},
-        ]
-        run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", json.dumps(patch)])
+        # This checkout on the process node, the image others hold elsewhere (module doc).
+        patch = json.dumps(how.patch)
+        run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", patch])
         run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
         lease = next(a for a in dep_args(dep) if a.startswith("--leader-election-id="))
         check_installed_operator(
