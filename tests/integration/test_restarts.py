@@ -8,7 +8,10 @@ restart budget, counted in the job's status, survives an operator restart.
 
 The training processes are found from the host: the node writes each container's host PID to
 `<node state>/pods/<ns>_<pod>_<uid>/run/<container>/pid.json`, and the workers are that
-launcher's descendants whose environment carries RANK.
+launcher's descendants whose environment carries RANK. So the tests that kill a worker, lose a
+node or share the checkpoint through a hostPath of this host (every process node is this
+host) run on the local cluster only (mark `localkube`); the exit-code and budget tests run on
+any cluster.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from typing import Any
 import jobs
 import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, wait_for, wait_phase
+from dtj import pod_log as dtj_pod_log
 from kubernetes import client
 from nodes import FAST_EVICTION, node_lost, spread
 
-pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+pytestmark = pytest.mark.usefixtures("operator")
 
 SCRIPTS = REPO / "examples" / "scripts"
 # Small and slow enough to interrupt: 256 samples / (2 ranks x 16) = 8 steps an epoch.
@@ -198,11 +202,18 @@ def wait_training(
 
 
 def rank_zero_pod(status: dict[str, Any]) -> str:
+    return pod_of_rank(status, 0)
+
+
+def pod_of_rank(status: dict[str, Any], rank: int) -> str:
+    """The pod that holds global `rank` (status.ranks[].globalRanks: "0", "2-3", "0,2"):
+    torchrun's rendezvous, not the pod's index, decides it."""
     for r in status["ranks"]:
-        lo = (r.get("globalRanks") or "").split(",")[0].split("-")[0]
-        if lo == "0":
-            return str(r["pod"])
-    raise AssertionError(f"no pod holds global rank 0: {status['ranks']}")
+        for part in (r.get("globalRanks") or "").split(","):
+            lo, _, hi = part.partition("-")
+            if lo and int(lo) <= rank <= int(hi or lo):
+                return str(r["pod"])
+    raise AssertionError(f"no pod holds global rank {rank}: {status['ranks']}")
 
 
 def final_checksum(text: str) -> str:
@@ -282,6 +293,7 @@ def assert_one_restart_and_resumed(
     return status
 
 
+@pytest.mark.localkube
 def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
 ) -> None:
@@ -297,6 +309,7 @@ def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     assert status["failure"]["rank"] == rank and status["failure"]["kind"] == "signal", status
 
 
+@pytest.mark.localkube
 def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
 ) -> None:
@@ -310,6 +323,7 @@ def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
     )
 
 
+@pytest.mark.localkube
 def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
 ) -> None:
@@ -336,18 +350,18 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
 # ---- exit codes and the budget ------------------------------------------------------------
 
 
-def exit_command(code: int, once_marker: str | None = None) -> list[str]:
-    """Global rank 1 exits `code` (only the first time, if `once_marker` is a path); others
+def exit_command(code: int, first_attempt_only: bool = False) -> list[str]:
+    """Global rank 1 exits `code` (in the job's first attempt only, if asked: torchrun gives
+    the workers the rendezvous id, `<job uid>-<attempt>`, as TORCHELASTIC_RUN_ID); others
     exit 0."""
     body = (
         "import os, sys\n"
+        "attempt = os.environ['TORCHELASTIC_RUN_ID'].rsplit('-', 1)[1]\n"
+        "print(f'attempt {attempt} rank {os.environ[\"RANK\"]}', flush=True)\n"
         "if os.environ['RANK'] != '1':\n"
         "    sys.exit(0)\n"
-        f"marker = {once_marker!r}\n"
-        "if marker and os.path.exists(marker):\n"
+        f"if {first_attempt_only!r} and attempt != '0':\n"
         "    sys.exit(0)\n"
-        "if marker:\n"
-        "    open(marker, 'w').close()\n"
         f"print('rank 1 exits {code}', flush=True)\n"
         f"sys.exit({code})\n"
     )
@@ -367,20 +381,22 @@ def test_rank_exiting_1_fails_the_job_without_restart(
     assert status["failure"]["rank"] == 1 and status["failure"]["exitCode"] == 1, status
 
 
-def test_retryable_exit_code_restarts_the_gang(
-    kube: client.ApiClient, namespace: str, ckpt: Path
-) -> None:
+def test_retryable_exit_code_restarts_the_gang(kube: client.ApiClient, namespace: str) -> None:
     name = "exits-retryable"
     policy = {"maxRestarts": 2, "backoffSeconds": 1, "retryableExitCodes": [42]}
-    # The marker lives on the host (a hostPath): it outlives the failed attempt's pods.
-    command = exit_command(42, "/checkpoints/failed-once")
-    doc = job_doc(name, command, ckpt_dir=ckpt, failure_policy=policy)
+    command = exit_command(42, first_attempt_only=True)
+    # KeepAll: the finished pods' logs are read below.
+    keep = {"cleanPodPolicy": "KeepAll"}
+    doc = job_doc(name, command, failure_policy=policy, runPolicy=keep)
     apply(kube, namespace, [script_configmap(name), doc])
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=150)
     status = done["status"]
     assert status["phase"] == "Succeeded", status
-    assert (ckpt / "failed-once").exists()
     assert status["attempt"] == 1, status
+    # The second attempt's rank 1 ran, and did not exit 42.
+    log = dtj_pod_log(kube, namespace, pod_of_rank(status, 1), container="trainer")
+    lines = log.splitlines()  # (the launcher's log line of the command holds its text too)
+    assert "attempt 1 rank 1" in lines and "rank 1 exits 42" not in lines, log[-2000:]
     [record] = status["restarts"]
     assert record["rank"] == 1 and record["reason"] == "NonZeroExit", record
     assert status["failure"]["exitCode"] == 42, status["failure"]
