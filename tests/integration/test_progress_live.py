@@ -89,7 +89,9 @@ def test_a_hang_names_the_rank_outside_the_collective_and_its_line(
 ) -> None:
     # Global rank 1 hangs at step 4 before the step's barrier; the others wait in it.
     docs = script_job("hangs", 2, 1, STEPS="400", STEP_SLEEP="0.2", HANG_RANK="1", HANG_AT_STEP="4")
-    docs[1]["spec"]["runPolicy"] = {"progressTimeoutSeconds": 15, "cleanPodPolicy": "KeepAll"}
+    # The clock starts at the rendezvous, before the workers import torch: 15 s was once too
+    # short for rank 0's import on a loaded machine (it was named, stalled at the import).
+    docs[1]["spec"]["runPolicy"] = {"progressTimeoutSeconds": 30, "cleanPodPolicy": "KeepAll"}
     started = time.monotonic()
     apply(kube, namespace, docs)
     done = wait_phase(kube, namespace, "hangs", {"Succeeded", "Failed"}, timeout=200)
