@@ -1,7 +1,8 @@
 """The checkpoint contract on a real cluster, with examples/checkpoint.yaml's script: rank 0
 saves to spec.checkpoint's storage and reports it, status.lastCheckpoint shows it; a pod
 killed mid-run restarts the gang, and the step sequence proves the next attempt started from
-the last reported checkpoint, not from step 0."""
+the last reported checkpoint, not from step 0. The storage is a directory every pod shares
+(shared_dir: a hostPath on the local cluster, a claim elsewhere)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from typing import Any
 import pytest
 from dtj import REPO, SMALL, apply, get_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client
+from shared_dir import SharedDir
 
-# localkube: the checkpoint directory is a hostPath that every pod shares because every
-# process node is this host, and the test reads the step log from it.
-pytestmark = [pytest.mark.usefixtures("operator"), pytest.mark.localkube]
+pytestmark = pytest.mark.usefixtures("operator")
 
 # 80 steps of 0.3 s: the job must still run after the operator reports step 10 and the pod is
 # killed (with 40, in the fresh root, it finished before the report reached the test).
@@ -23,7 +23,7 @@ STEPS, SAVE_EVERY = 80, 5
 NODES = 2
 
 
-def checkpoint_job(name: str, ckpt: Path) -> list[dict[str, Any]]:
+def checkpoint_job(name: str, ckpt: SharedDir) -> list[dict[str, Any]]:
     cm, job = load_docs(REPO / "examples" / "checkpoint.yaml")
     cm["metadata"]["name"] = f"{name}-script"
     job["metadata"]["name"] = name
@@ -32,12 +32,7 @@ def checkpoint_job(name: str, ckpt: Path) -> list[dict[str, Any]]:
     assert spec["nodes"] == NODES, spec["nodes"]
     spec["rendezvous"]["joinTimeoutSeconds"] = 120
     spec["failurePolicy"] = {"maxRestarts": 2, "backoffSeconds": 1}
-    # One directory of this host, the same in both process nodes' pods (a hostPath on the
-    # one machine they share; on a real cluster, a ReadWriteMany claim).
-    spec["checkpoint"] = {
-        "volume": {"hostPath": {"path": str(ckpt), "type": "DirectoryOrCreate"}},
-        "mountPath": "/checkpoints",
-    }
+    spec["checkpoint"] = {"volume": ckpt.volume(), "mountPath": "/checkpoints"}
     pod = spec["template"]["spec"]
     pod["terminationGracePeriodSeconds"] = 2
     pod["volumes"][0]["configMap"]["name"] = cm["metadata"]["name"]
@@ -66,9 +61,9 @@ def env_of(pod: Any) -> dict[str, str]:
 
 
 def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
-    kube: client.ApiClient, namespace: str, tmp_path: Path
+    cluster: Any, kube: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    ckpt = tmp_path / "ckpt"
+    ckpt = SharedDir(cluster, kube, namespace, tmp_path / "ckpt")
     name = "ckpt-resume"
     apply(kube, namespace, checkpoint_job(name, ckpt))
 
@@ -81,7 +76,7 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
     status = wait_for("a reported checkpoint at step 10 or later", checkpointed, timeout=180)
     seen = status["lastCheckpoint"]
     assert seen["path"] == f"/checkpoints/step-{seen['step']}.pt", seen
-    assert (ckpt / f"step-{seen['step']}.pt").is_file()
+    assert ckpt.is_file(f"step-{seen['step']}.pt")
     # Every pod has the storage's path; none of the first attempt had anything to resume.
     for pod in job_pods(kube, namespace, name):
         env = env_of(pod)
@@ -110,7 +105,7 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["attempt"] == 1 and len(done["status"]["restarts"]) == 1
 
-    first, second = attempts((ckpt / "steps.log").read_text())
+    first, second = attempts(ckpt.read("steps.log") or "")
     # The first attempt started from scratch and got past the checkpoint seen above ...
     assert first[:2] == [0, 1] and first[-1] >= seen["step"], first
     # ... the second started from a checkpoint the first reported, at or after that one,
