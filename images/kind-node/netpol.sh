@@ -43,7 +43,7 @@ fi
 # A node name that no Node has: upstream's nftables table (which cannot be written here, one
 # log line at start) then selects no pod, and the verdicts look both ends up among all pods.
 /usr/local/bin/kube-network-policies --hostname-override=kind-netpol-judges-by-address \
-  --nfqueue-id="$queue" --v=2 &
+  --nfqueue-id="$queue" --v=1 &
 pid=$!
 # shellcheck disable=SC2329  # the trap calls it
 stop() {

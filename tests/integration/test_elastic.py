@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dtj import apply, job_pods, wait_phase
+from dtj import apply, job_pods, pod_log, wait_phase
 from kubernetes import client
+from shared_dir import SharedDir
 from test_restarts import (
     launcher_pid,
     pod_by_index,
-    pod_log,
     rank_zero_pod,
     script_configmap,
     start_time,
@@ -29,14 +29,14 @@ from test_restarts import (
 pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
 
 
-def elastic_doc(name: str, ckpt: Path) -> dict[str, Any]:
+def elastic_doc(name: str, ckpt: SharedDir) -> dict[str, Any]:
     from test_restarts import job_doc
 
     doc = job_doc(
         name,
         train_command(epochs=8, step_sleep=0.4),
         nodes=3,
-        ckpt_dir=ckpt,
+        ckpt=ckpt,
         elastic={"minNodes": 2, "maxNodes": 3},
         # The survivors' workers die with their peer: their agents restart them in the pod.
         torchrun={"maxRestarts": 3},
@@ -48,10 +48,9 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
     cluster: Any, kube: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     name = "elastic"
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
+    ckpt = SharedDir(cluster, kube, namespace, tmp_path / "ckpt")
     apply(kube, namespace, [script_configmap(name), elastic_doc(name, ckpt)])
-    victim, _ = wait_training(cluster, kube, namespace, name, 2, ckpt)
+    victim = wait_training(kube, namespace, name, 2, ckpt)
     survivors = {i: pod_by_index(kube, namespace, name, i) for i in (0, 1)}
     before = {}
     for i, pod in survivors.items():
@@ -61,7 +60,7 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
 
     client.CoreV1Api(kube).delete_namespaced_pod(victim.metadata.name, namespace)
     # The replacement (a new pod for node rank 2) joins and runs workers.
-    replacement, _ = wait_training(cluster, kube, namespace, name, 2, None)
+    replacement = wait_training(kube, namespace, name, 2, None)
     assert replacement.metadata.name != victim.metadata.name
 
     for i, pod in survivors.items():
@@ -89,7 +88,7 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
     # The survivors' agents restarted their workers in place, into a round with all three.
     for r in status["ranks"][:2]:
         assert r["phase"] == "Succeeded" and r.get("restarts", 0) >= 1, r
-    log = pod_log(cluster, namespace, rank_zero_pod(status))
+    log = pod_log(kube, namespace, rank_zero_pod(status))
     assert "resumed from /checkpoints/checkpoint.pt" in log, log[-3000:]
     assert "training: world_size=3" in log.split("resumed from")[-1], log[-3000:]
     uids = {p.metadata.uid for p in job_pods(kube, namespace, name)}

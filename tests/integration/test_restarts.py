@@ -1,17 +1,17 @@
-"""Failures and gang restarts on the real local cluster, with real torchrun.
+"""Failures and gang restarts on a real cluster, with real torchrun.
 
 A worker killed by SIGKILL, a pod deleted by someone else and a lost node are infrastructure
 failures: the operator deletes the whole gang and starts a new attempt, which resumes from the
-checkpoint on a hostPath volume and ends with bit-identical weights to an uninterrupted run.
+checkpoint in a shared directory and ends with bit-identical weights to an uninterrupted run.
 A rank that exits 1 fails the job at once; an exit code listed as retryable restarts it; the
 restart budget, counted in the job's status, survives an operator restart.
 
 The training processes are found from the host: the node writes each container's host PID to
 `<node state>/pods/<ns>_<pod>_<uid>/run/<container>/pid.json`, and the workers are that
-launcher's descendants whose environment carries RANK. So the tests that kill a worker, lose a
-node or share the checkpoint through a hostPath of this host (every process node is this
-host) run on the local cluster only (mark `localkube`); the exit-code and budget tests run on
-any cluster.
+launcher's descendants whose environment carries RANK. So the tests that kill a worker or lose
+a process node run on the local cluster only (mark `localkube`); the others run on any
+cluster, the checkpoint in a directory every pod shares (shared_dir: a hostPath here, a claim
+elsewhere).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from dtj import IMAGE, REPO, apply, get_job, job_pods, wait_for, wait_phase
 from dtj import pod_log as dtj_pod_log
 from kubernetes import client
 from nodes import FAST_EVICTION, node_lost, spread
+from shared_dir import SharedDir
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -54,12 +54,12 @@ def job_doc(
     *,
     nodes: int = 2,
     nproc: int = 1,
-    ckpt_dir: Path | None = None,
+    ckpt: SharedDir | None = None,
     failure_policy: dict[str, Any] | None = None,
     **spec: Any,
 ) -> dict[str, Any]:
-    """A small CPU job; the script ConfigMap is at /workspace, `ckpt_dir` (a host directory)
-    at /checkpoints."""
+    """A small CPU job; the script ConfigMap is at /workspace, `ckpt` at /checkpoints. Its
+    finished pods are kept (KeepAll): the tests read their logs."""
     doc = jobs.job(
         name,
         nodes=nodes,
@@ -71,13 +71,13 @@ def job_doc(
         **{
             "rendezvous": {"joinTimeoutSeconds": 90},
             "failurePolicy": failure_policy or {"maxRestarts": 2, "backoffSeconds": 1},
+            "runPolicy": {"cleanPodPolicy": "KeepAll"},
             **spec,
         },
     )
     jobs.mount(doc, {"name": "script", "configMap": {"name": f"{name}-script"}}, jobs.WORKSPACE)
-    if ckpt_dir is not None:
-        volume = {"path": str(ckpt_dir), "type": "DirectoryOrCreate"}
-        jobs.mount(doc, {"name": "checkpoints", "hostPath": volume}, "/checkpoints")
+    if ckpt is not None:
+        jobs.mount(doc, {"name": "checkpoints", **ckpt.volume()}, "/checkpoints")
     return doc
 
 
@@ -100,11 +100,6 @@ def train_command(epochs: int, step_sleep: float) -> list[str]:
 
 def node_state(cluster: Any) -> Path:
     return Path(cluster.layout.node_state)
-
-
-def pod_log(cluster: Any, ns: str, pod: str) -> str:
-    path = node_state(cluster) / "logs" / ns / pod / "trainer.log"
-    return path.read_text(errors="replace") if path.exists() else ""
 
 
 def launcher_pid(cluster: Any, ns: str, pod: Any) -> int | None:
@@ -179,26 +174,35 @@ def pod_by_index(kube: client.ApiClient, ns: str, job: str, index: int) -> Any:
 
 
 def wait_training(
-    cluster: Any, kube: client.ApiClient, ns: str, job: str, index: int, ckpt: Path | None
-) -> tuple[Any, dict[int, int]]:
-    """Once a checkpoint exists in `ckpt` (unless None) and pod `index` runs workers: the pod
-    and its workers."""
+    kube: client.ApiClient, ns: str, job: str, index: int, ckpt: SharedDir | None
+) -> Any:
+    """Once a checkpoint exists in `ckpt` (unless None) and pod `index` runs workers (its
+    launcher reported the ranks it holds, read by the operator into status.ranks): the pod."""
 
-    def ready() -> tuple[Any, dict[int, int]] | None:
-        if ckpt is not None and not (ckpt / "checkpoint.pt").exists():
-            return None
+    def ready() -> Any:
         pods = live_pods(kube, ns, job, index)
         if len(pods) != 1:
             return None
-        pod = pods[0]
-        root = launcher_pid(cluster, ns, pod)
-        workers = worker_pids(root) if root else {}
-        return (pod, workers) if workers else None
+        ranks = (get_job(kube, ns, job).get("status") or {}).get("ranks") or []
+        mine: dict[str, Any] = next((r for r in ranks if r.get("pod") == pods[0].metadata.name), {})
+        if mine.get("phase") != "Running" or not mine.get("globalRanks"):
+            return None
+        if ckpt is not None and not ckpt.is_file("checkpoint.pt"):
+            return None
+        return pods[0]
 
-    result: tuple[Any, dict[int, int]] = wait_for(
-        f"{job}: a checkpoint and workers in pod {index}", ready, timeout=120
-    )
-    return result
+    return wait_for(f"{job}: a checkpoint and workers in pod {index}", ready, timeout=180)
+
+
+def wait_workers(cluster: Any, ns: str, pod: Any) -> dict[int, int]:
+    """Global rank -> host PID of the pod's torchrun workers, once there are any."""
+
+    def found() -> dict[int, int] | None:
+        root = launcher_pid(cluster, ns, pod)
+        return (worker_pids(root) if root else {}) or None
+
+    workers: dict[int, int] = wait_for(f"workers of {pod.metadata.name}", found, timeout=60)
+    return workers
 
 
 def rank_zero_pod(status: dict[str, Any]) -> str:
@@ -252,10 +256,8 @@ EPOCHS = 8
 
 
 @pytest.fixture
-def ckpt(tmp_path: Path) -> Iterator[Path]:
-    d = tmp_path / "ckpt"
-    d.mkdir()
-    yield d
+def ckpt(cluster: Any, kube: client.ApiClient, namespace: str, tmp_path: Path) -> SharedDir:
+    return SharedDir(cluster, kube, namespace, tmp_path / "ckpt")
 
 
 # ---- infrastructure failures: one gang restart, resumed, same weights -----------------------
@@ -287,7 +289,7 @@ def assert_one_restart_and_resumed(
         assert record["reason"] == reason, record
     # Every pod of the finished attempt is a new one (pod names carry the attempt).
     assert all(r["pod"].endswith("-a1") for r in status["ranks"]), status["ranks"]
-    log = pod_log(cluster, ns, rank_zero_pod(status))
+    log = dtj_pod_log(kube, ns, rank_zero_pod(status))
     assert "resumed from /checkpoints/checkpoint.pt" in log, (status, log[-3000:])
     assert final_checksum(log) == reference
     return status
@@ -295,13 +297,13 @@ def assert_one_restart_and_resumed(
 
 @pytest.mark.localkube
 def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
-    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: SharedDir, reference_checksum: str
 ) -> None:
     name = "killed-worker"
-    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt_dir=ckpt)
+    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt=ckpt)
     apply(kube, namespace, [script_configmap(name), doc])
-    pod, workers = wait_training(cluster, kube, namespace, name, 1, ckpt)
-    [(rank, pid)] = workers.items()
+    pod = wait_training(kube, namespace, name, 1, ckpt)
+    [(rank, pid)] = wait_workers(cluster, namespace, pod).items()
     os.kill(pid, signal.SIGKILL)
     status = assert_one_restart_and_resumed(
         cluster, kube, namespace, name, reference_checksum, index=1, rank=rank, reason="Signal"
@@ -309,14 +311,13 @@ def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     assert status["failure"]["rank"] == rank and status["failure"]["kind"] == "signal", status
 
 
-@pytest.mark.localkube
 def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
-    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: SharedDir, reference_checksum: str
 ) -> None:
     name = "deleted-pod"
-    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt_dir=ckpt)
+    doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt=ckpt)
     apply(kube, namespace, [script_configmap(name), doc])
-    pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
+    pod = wait_training(kube, namespace, name, 1, ckpt)
     client.CoreV1Api(kube).delete_namespaced_pod(pod.metadata.name, namespace)
     assert_one_restart_and_resumed(
         cluster, kube, namespace, name, reference_checksum, index=1, reason="PodDeleted"
@@ -325,17 +326,17 @@ def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
 
 @pytest.mark.localkube
 def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
-    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: Path, reference_checksum: str
+    cluster: Any, kube: client.ApiClient, namespace: str, ckpt: SharedDir, reference_checksum: str
 ) -> None:
     name = "lost-node"
     # The node goes NotReady 20-25 s after its heartbeats stop (the node monitor's grace
     # period), its pods are evicted 2 s later: what is left of training after the first
     # checkpoint (at least 7 x 8 x 0.75 s) lasts longer.
-    doc = job_doc(name, train_command(EPOCHS, 0.75), ckpt_dir=ckpt)
+    doc = job_doc(name, train_command(EPOCHS, 0.75), ckpt=ckpt)
     # One pod per node while both nodes are up; the new gang fits on the surviving one.
     doc["spec"]["template"]["spec"]["affinity"] = spread(name)
     apply(kube, namespace, [script_configmap(name), doc])
-    pod, _ = wait_training(cluster, kube, namespace, name, 1, ckpt)
+    pod = wait_training(kube, namespace, name, 1, ckpt)
     node = pod.spec.node_name
     other = pod_by_index(kube, namespace, name, 0).spec.node_name
     assert node != other, "both pods on one node: losing it would not be losing one rank"
@@ -384,10 +385,7 @@ def test_rank_exiting_1_fails_the_job_without_restart(
 def test_retryable_exit_code_restarts_the_gang(kube: client.ApiClient, namespace: str) -> None:
     name = "exits-retryable"
     policy = {"maxRestarts": 2, "backoffSeconds": 1, "retryableExitCodes": [42]}
-    command = exit_command(42, first_attempt_only=True)
-    # KeepAll: the finished pods' logs are read below.
-    keep = {"cleanPodPolicy": "KeepAll"}
-    doc = job_doc(name, command, failure_policy=policy, runPolicy=keep)
+    doc = job_doc(name, exit_command(42, first_attempt_only=True), failure_policy=policy)
     apply(kube, namespace, [script_configmap(name), doc])
     done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=150)
     status = done["status"]
