@@ -117,6 +117,11 @@ def _schedulable(node: Any) -> bool:
     return ready and not blocked and not node.spec.unschedulable
 
 
+def schedulable_nodes(api: client.ApiClient) -> list[Any]:
+    """The Ready nodes a pod without tolerations can land on (not kind's control plane)."""
+    return [n for n in client.CoreV1Api(api).list_node().items if _schedulable(n)]
+
+
 def one_per_node(api: client.ApiClient, timeout: float = 60.0) -> tuple[int, str]:
     """(N, cpu): N schedulable nodes, and a CPU request of which each of them holds exactly one.
 
@@ -128,7 +133,7 @@ def one_per_node(api: client.ApiClient, timeout: float = 60.0) -> tuple[int, str
     core = client.CoreV1Api(api)
 
     def sized() -> tuple[int, str] | None:
-        nodes: list[Any] = [n for n in core.list_node().items if _schedulable(n)]
+        nodes = schedulable_nodes(api)
         if not nodes:
             return None
         held: dict[str, float] = {}

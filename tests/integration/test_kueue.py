@@ -21,6 +21,7 @@ from dtj import (
     dtj_status,
     get_job,
     job_pods,
+    schedulable_nodes,
     wait_for,
     wait_phase,
 )
@@ -74,13 +75,7 @@ def custom(kube: client.ApiClient) -> client.CustomObjectsApi:
 def flavor_node(kube: client.ApiClient) -> str:
     """The node the ResourceFlavor names: the last schedulable one by name (node-1 of the
     local cluster, a worker of kind's)."""
-
-    def schedulable(node: Any) -> bool:
-        taints = node.spec.taints or []
-        return not node.spec.unschedulable and all(t.effect != "NoSchedule" for t in taints)
-
-    nodes: list[Any] = client.CoreV1Api(kube).list_node().items
-    names = sorted(n.metadata.labels["kubernetes.io/hostname"] for n in nodes if schedulable(n))
+    names = sorted(n.metadata.labels["kubernetes.io/hostname"] for n in schedulable_nodes(kube))
     assert names, "no schedulable node"
     return names[-1]
 

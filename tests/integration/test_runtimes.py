@@ -8,7 +8,16 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import IMAGE, SMALL, create_job, get_job, job_pods, wait_for, wait_phase
+from dtj import (
+    IMAGE,
+    SMALL,
+    create_job,
+    get_job,
+    job_pods,
+    schedulable_nodes,
+    wait_for,
+    wait_phase,
+)
 from kubernetes import client
 from torchrun_operator.api import names
 
@@ -177,13 +186,8 @@ def test_two_host_network_jobs_on_the_same_nodes_both_rendezvous(
     so both run together only because each job has ports of its own. (The process node gives
     every pod its own network namespace even with hostNetwork, docs/runtimes.md: the ports
     are judged by the apiserver and the scheduler, as on a real node.)"""
-    nodes = len(
-        [
-            n
-            for n in client.CoreV1Api(kube).list_node().items
-            if not (n.spec and n.spec.unschedulable)
-        ]
-    )
+    # One pod per node a pod can land on (kind's control plane is tainted).
+    nodes = len(schedulable_nodes(kube))
     name = f"{namespace}-hostnet"
     rt = cpu_runtime(name)
     rt["spec"]["template"]["spec"]["hostNetwork"] = True
