@@ -120,7 +120,9 @@ def answered_by_sidecar(ip: str) -> bool:
 def test_hostile_pods_cannot_wedge_their_job_or_starve_another(
     kube: client.ApiClient, namespace: str
 ) -> None:
-    steady = script_job("steady", 1, 1, STEPS="200", STEP_SLEEP="0.3")
+    # 3 minutes of steps: on a kind worker the hostile pods' sidecars answered only after
+    # 200 steps (60 s) were done, and a finished job's step moves no more.
+    steady = script_job("steady", 1, 1, STEPS="600", STEP_SLEEP="0.3")
     apply(kube, namespace, steady)
     apply(kube, namespace, hostile_job("hostile"))
 
@@ -142,6 +144,8 @@ def test_hostile_pods_cannot_wedge_their_job_or_starve_another(
     assert hostile_phase == "Running", hostile_phase
 
     def moved() -> int | None:
+        phase = (get_job(kube, namespace, "steady").get("status") or {}).get("phase")
+        assert phase == "Running", f"steady is {phase}: its step cannot move while hostile runs"
         step = steady_step()
         return step if step is not None and step > first else None
 
