@@ -50,9 +50,9 @@ class ExternalCluster:
         return config.new_client_from_config(config_file=str(self.kubeconfig))
 
     def mint_service_account_kubeconfig(self, namespace: str, sa: str) -> Path:
-        from kubernetes import client, config
+        from kubernetes import client
 
-        api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        api = self.api_client()
         try:
             resp = client.CoreV1Api(api).create_namespaced_service_account_token(
                 sa,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from docker_fixtures import docker_engine  # noqa: F401  (fixture for the Docker tests)
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube import netpol
 from localkube.components import default_nodes
@@ -117,7 +117,7 @@ def cluster() -> Iterator[Cluster | ExternalCluster]:
 
 @pytest.fixture(scope="session")
 def kube(cluster: Cluster | ExternalCluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api = cluster.api_client()
     yield api
     api.close()
 

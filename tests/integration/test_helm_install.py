@@ -27,7 +27,6 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,38 +76,36 @@ def source_env() -> Iterator[list[dict[str, str]]]:
         shutil.rmtree(dest, ignore_errors=True)
 
 
-@dataclass(frozen=True)
-class Run:
-    """How the installed operator pod runs: chart values, and the same as a JSON patch of the
-    install manifest's Deployment."""
-
-    values: dict[str, Any]
-    patch: list[dict[str, Any]]
+def deployment_patch(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chart values `how` gives (command and env, or image), as a JSON patch of the install
+    manifest's Deployment."""
+    patch: list[dict[str, Any]] = []
+    if "command" in values:
+        patch.append({"op": "replace", "path": f"{CONTAINER}/command", "value": values["command"]})
+    for env in values.get("env", []):
+        patch.append({"op": "add", "path": f"{CONTAINER}/env/-", "value": env})
+    if "image" in values:
+        image = values["image"]
+        ref = f"{image['repository']}:{image['tag']}"
+        patch.append({"op": "add", "path": f"{CONTAINER}/image", "value": ref})
+        policy = image["pullPolicy"]
+        patch.append({"op": "add", "path": f"{CONTAINER}/imagePullPolicy", "value": policy})
+    return patch
 
 
 @pytest.fixture(scope="module")
-def how(cluster: Any) -> Iterator[Run]:
+def how(cluster: Any) -> Iterator[dict[str, Any]]:
+    """Chart values for how the installed operator pod runs: this checkout on the process
+    node, the image IMAGE_ENV names elsewhere (module docstring)."""
     if isinstance(cluster, Cluster):
         with source_env() as env:
-            yield Run(
-                values={"command": SOURCE_COMMAND, "env": env},
-                patch=[
-                    {"op": "replace", "path": f"{CONTAINER}/command", "value": SOURCE_COMMAND},
-                    {"op": "add", "path": f"{CONTAINER}/env/-", "value": env[0]},
-                ],
-            )
+            yield {"command": SOURCE_COMMAND, "env": env}
         return
     image = os.environ.get(IMAGE_ENV)
     if not image:
         pytest.fail(f"{IMAGE_ENV} must name an operator image this cluster's nodes hold")
     repository, _, tag = image.rpartition(":")
-    yield Run(
-        values={"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}},
-        patch=[
-            {"op": "add", "path": f"{CONTAINER}/image", "value": image},
-            {"op": "add", "path": f"{CONTAINER}/imagePullPolicy", "value": "IfNotPresent"},
-        ],
-    )
+    yield {"image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"}}
 
 
 @pytest.fixture
@@ -358,14 +355,14 @@ def test_helm_install_runs_a_job_with_least_privilege_then_upgrades_and_uninstal
     namespace: str,
     sole_operator: None,
     tmp_path: Path,
-    how: Run,
+    how: dict[str, Any],
 ) -> None:
     helm = helm_bin(cluster)
     kubeconfig = str(cluster.kubeconfig)
     release_ns = f"{namespace[:55]}-op"
     core = client.CoreV1Api(kube)
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump({"watchNamespaces": [namespace], **how.values}))
+    values.write_text(yaml.safe_dump({"watchNamespaces": [namespace], **how}))
     base = ["--kubeconfig", kubeconfig, "--namespace", release_ns]
     try:
         run(
@@ -473,7 +470,7 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
     kube: client.ApiClient,
     namespace: str,
     sole_operator: None,
-    how: Run,
+    how: dict[str, Any],
 ) -> None:
     kubectl = kubectl_bin()
     k = [kubectl, "--kubeconfig", str(cluster.kubeconfig)]
@@ -486,7 +483,7 @@ def test_kubectl_apply_of_the_install_manifest_runs_a_job_and_deletes_cleanly(
     try:
         run([*k, "apply", "--server-side", "-f", str(INSTALL)])
         # This checkout on the process node, the image others hold elsewhere (module doc).
-        patch = json.dumps(how.patch)
+        patch = json.dumps(deployment_patch(how))
         run([*k, "-n", ns, "patch", "deployment", name, "--type=json", "-p", patch])
         run([*k, "-n", ns, "rollout", "status", f"deployment/{name}", "--timeout=120s"])
         lease = next(a for a in dep_args(dep) if a.startswith("--leader-election-id="))

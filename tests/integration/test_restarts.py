@@ -27,11 +27,11 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import IMAGE, REPO, apply, get_job, job_pods, wait_for, wait_phase
-from dtj import pod_log as dtj_pod_log
+from dtj import IMAGE, REPO, apply, get_job, job_pods, pod_log, wait_for, wait_phase
 from kubernetes import client
 from nodes import FAST_EVICTION, node_lost, spread
 from shared_dir import SharedDir
+from torchrun_operator.api.ranks import parse_ranks
 
 pytestmark = pytest.mark.usefixtures("operator")
 
@@ -213,10 +213,8 @@ def pod_of_rank(status: dict[str, Any], rank: int) -> str:
     """The pod that holds global `rank` (status.ranks[].globalRanks: "0", "2-3", "0,2"):
     torchrun's rendezvous, not the pod's index, decides it."""
     for r in status["ranks"]:
-        for part in (r.get("globalRanks") or "").split(","):
-            lo, _, hi = part.partition("-")
-            if lo and int(lo) <= rank <= int(hi or lo):
-                return str(r["pod"])
+        if rank in parse_ranks(r.get("globalRanks") or ""):
+            return str(r["pod"])
     raise AssertionError(f"no pod holds global rank {rank}: {status['ranks']}")
 
 
@@ -289,7 +287,7 @@ def assert_one_restart_and_resumed(
         assert record["reason"] == reason, record
     # Every pod of the finished attempt is a new one (pod names carry the attempt).
     assert all(r["pod"].endswith("-a1") for r in status["ranks"]), status["ranks"]
-    log = dtj_pod_log(kube, ns, rank_zero_pod(status))
+    log = pod_log(kube, ns, rank_zero_pod(status))
     assert "resumed from /checkpoints/checkpoint.pt" in log, (status, log[-3000:])
     assert final_checksum(log) == reference
     return status
@@ -392,7 +390,7 @@ def test_retryable_exit_code_restarts_the_gang(kube: client.ApiClient, namespace
     assert status["phase"] == "Succeeded", status
     assert status["attempt"] == 1, status
     # The second attempt's rank 1 ran, and did not exit 42.
-    log = dtj_pod_log(kube, namespace, pod_of_rank(status, 1), container="trainer")
+    log = pod_log(kube, namespace, pod_of_rank(status, 1), container="trainer")
     lines = log.splitlines()  # (the launcher's log line of the command holds its text too)
     assert "attempt 1 rank 1" in lines and "rank 1 exits 42" not in lines, log[-2000:]
     [record] = status["restarts"]
