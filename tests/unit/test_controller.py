@@ -107,17 +107,9 @@ class FakeApi:
             return obj
         return json.loads(self._create(obj["kind"], obj).data)
 
-    def read_namespaced_network_policy(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
-        return self._read("NetworkPolicy", name)
-
-    def read_namespaced_pod(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
-        return self._read("Pod", name)
-
-    def read_namespaced_service(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
-        return self._read("Service", name)
-
-    def read_namespaced_config_map(self, name: str, ns: str, **_: Any) -> SimpleNamespace:
-        return self._read("ConfigMap", name)
+    def get(self, ns: str, kind: str, name: str) -> Obj:
+        got: Obj = json.loads(self._read(kind, name).data)
+        return got
 
     def delete_pod(self, ns: str, name: str, uid: str | None, force: bool = False) -> Obj:
         self.forced += [name] if force else []
@@ -218,9 +210,7 @@ class Harness:
     def new_controller(self) -> Controller:
         """A fresh controller, as after a restart of the operator: empty caches."""
         ctrl = Controller(None, workers=1, clock=lambda: self.t)  # type: ignore[arg-type]
-        ctrl.core = self.api  # type: ignore[assignment]
         ctrl.custom = self.api  # type: ignore[assignment]
-        ctrl.net = self.api  # type: ignore[assignment]
         ctrl.writes = self.api  # type: ignore[assignment]
         ctrl.active.set()
         return ctrl

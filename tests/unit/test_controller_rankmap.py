@@ -86,10 +86,8 @@ def test_the_policy_admits_the_operator_where_it_knows_its_namespace(
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     h = Harness(make_job())
     h.ctrl = Controller(None, workers=1, operator_namespace=namespace)  # type: ignore[arg-type]
-    h.ctrl.core = h.api  # type: ignore[assignment]
     h.ctrl.custom = h.api  # type: ignore[assignment]
     h.ctrl.writes = h.api  # type: ignore[assignment]
-    h.ctrl.net = h.api  # type: ignore[assignment]
     h.ctrl.active.set()
     h.sync()
     policy = h.api.objects[("NetworkPolicy", "job")]

@@ -81,20 +81,19 @@ class Children(ControllerState):
             self._conflicts.pop(uid, None)
 
     def _read(self, ns: str, kind: str, name: str) -> Obj | None:
-        fn: Any = {
-            "Pod": self.core.read_namespaced_pod,
-            "Service": self.core.read_namespaced_service,
-            "ConfigMap": self.core.read_namespaced_config_map,
-            "NetworkPolicy": self.net.read_namespaced_network_policy,
-            "Workload": lambda name, ns, **kw: self.custom.get_namespaced_custom_object(
-                kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, name, **kw
-            ),
-        }[kind]
-        resp = get_or_none(kind, lambda: fn(name, ns, _preload_content=False))
-        if resp is None:
-            return None
-        got: Obj = json.loads(resp.data)
-        got.setdefault("kind", kind)
+        def read() -> Obj:
+            if kind != "Workload":
+                got: Obj = self.writes.get(ns, kind, name)
+                return got
+            resp: Any = self.custom.get_namespaced_custom_object(
+                kueue.GROUP, kueue.VERSION, ns, kueue.WORKLOADS, name, _preload_content=False
+            )
+            decoded: Obj = json.loads(resp.data)
+            return decoded
+
+        got = get_or_none(kind, read)
+        if got is not None:
+            got.setdefault("kind", kind)
         return got
 
     def _create(self, ns: str, obj: Obj) -> Obj | None:

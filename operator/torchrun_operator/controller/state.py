@@ -64,9 +64,9 @@ class ControllerState:
         # The leadership gate the client's writes pass (kube/leader.py), closed by stop();
         # without one (tests), a gate of our own that nothing else sees.
         self.gate = gate if gate is not None else Gate()
-        self.core = client.CoreV1Api(api)
+        # Pods, Services, ConfigMaps and NetworkPolicies go through `writes` (kube/client.py's
+        # thin requests), never the generated CoreV1Api: loading it is 21 MiB.
         self.custom = client.CustomObjectsApi(api)
-        self.net = client.NetworkingV1Api(api)
         self.writes = Writes(api)
         self._network_policy = network_policy  # the default; spec.networkPolicy overrides
         # The jobs' NetworkPolicies admit the operator's pods (the chart sets POD_NAMESPACE)

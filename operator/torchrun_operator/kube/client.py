@@ -126,28 +126,70 @@ JSON = "application/json"
 JSON_PATCH = "application/json-patch+json"
 
 
-def send(
-    api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str = JSON
+def request(
+    api: client.ApiClient,
+    method: str,
+    path: str,
+    query: list[tuple[str, Any]] | None = None,
+    body: Any = None,
+    content_type: str = JSON,
+    timeout: Any = None,
 ) -> Any:
-    """One request with a JSON body and answer, past the generated API methods.
+    """One request past the generated API classes; its urllib3 response, body unread (a
+    watch streams it). A non-2xx answer raises ApiException, as the generated methods do.
 
-    Those validate every argument with pydantic (a whole V1Pod built from our dict for each
-    create, then serialised back): a profile of the operator with 100 jobs found that wrapper
-    in 16% of its samples. Here the dict goes to the wire as it is. Auth, default headers,
-    the client's timeout and fault injection (ApiClient.call_api) are the same as for any call;
-    a non-2xx answer raises ApiException, as the generated methods do.
+    Those methods validate every argument with pydantic (a whole V1Pod built from our dict
+    for each create, then serialised back): a profile of the operator with 100 jobs found
+    that wrapper in 16% of its samples. And their classes are costly to load: CoreV1Api
+    alone, with the models it imports, is 21 MiB of the operator's memory. Here the dict goes
+    to the wire as it is. Auth, default headers, the client's timeout, rate limit, gate and
+    fault injection (ApiClient.call_api) are the same as for any call.
     """
     verb, url, headers, _, _ = api.param_serialize(
         method,
         path,
+        query_params=query,
         header_params={"Accept": JSON, "Content-Type": content_type},
         auth_settings=["BearerToken"],
     )
-    resp = api.call_api(verb, url, headers, body)
-    data: bytes = resp.read()
+    resp = api.call_api(verb, url, headers, body, _request_timeout=timeout)
     if not 200 <= resp.status <= 299:
+        data: bytes = resp.read()
         raise ApiException.from_response(http_resp=resp, body=data.decode(), data=None)
-    return json.loads(data)
+    return resp.response
+
+
+def send(
+    api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str = JSON
+) -> Any:
+    """One request with a JSON body and answer (request()); the answer decoded."""
+    return json.loads(request(api, method, path, body=body, content_type=content_type).data)
+
+
+# The list and watch parameters our watchers pass, as the generated methods name them, and
+# as the apiserver does. kubernetes.watch.Watch.stream adds `watch`.
+_LIST_QUERY = {
+    "label_selector": "labelSelector",
+    "resource_version": "resourceVersion",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "timeout_seconds": "timeoutSeconds",
+    "watch": "watch",
+}
+
+
+def lister(api: client.ApiClient, collection: str) -> Callable[..., Any]:
+    """A list of one collection, called as the generated list methods are (and as
+    kubernetes.watch.Watch.stream calls them, `watch=True` for a watch); the raw response,
+    whatever `_preload_content` asks (we decode every body ourselves)."""
+
+    def call(*, _preload_content: bool = False, _request_timeout: Any = None, **kw: Any) -> Any:
+        unknown = set(kw) - set(_LIST_QUERY)
+        if unknown:
+            raise TypeError(f"lister: unknown parameters {sorted(unknown)}")
+        query = [(_LIST_QUERY[k], v) for k, v in kw.items() if v is not None]
+        return request(api, "GET", collection, query, timeout=_request_timeout)
+
+    return call
 
 
 def path(*parts: str) -> str:
@@ -163,22 +205,38 @@ _CORE_PLURALS = {
 }
 
 
-def _collection(ns: str, kind: str) -> str:
+def collection(kind: str, ns: str | None = None) -> str:
+    """The path of a kind's objects in namespace `ns`, or in every namespace (None)."""
+    group: tuple[str, ...] = ("api", "v1")
     if kind == "NetworkPolicy":
-        return path("apis", "networking.k8s.io", "v1", "namespaces", ns, "networkpolicies")
-    return path("api", "v1", "namespaces", ns, _CORE_PLURALS[kind])
+        group, plural = ("apis", "networking.k8s.io", "v1"), "networkpolicies"
+    else:
+        plural = _CORE_PLURALS[kind]
+    return path(*group, plural) if ns is None else path(*group, "namespaces", ns, plural)
+
+
+def custom_collection(group: str, version: str, plural: str, ns: str | None = None) -> str:
+    """The path of a custom resource's objects in namespace `ns`, or in every namespace."""
+    if ns is None:
+        return path("apis", group, version, plural)
+    return path("apis", group, version, "namespaces", ns, plural)
 
 
 class Writes:
-    """The controller's hot writes (children created, pods deleted, the status written),
-    each one request through send(). The seam the controller's unit tests replace."""
+    """The controller's hot requests (children created and read back, pods deleted, the
+    status written), each one request through send(). The seam the controller's unit tests
+    replace."""
 
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
 
+    def get(self, ns: str, kind: str, name: str) -> Any:
+        """The named Pod, Service, ConfigMap or NetworkPolicy; 404 raises ApiException."""
+        return send(self.api, "GET", collection(kind, ns) + path(name))
+
     def create(self, ns: str, obj: Mapping[str, Any]) -> Any:
         """Creates a Pod, Service, ConfigMap, Event or NetworkPolicy; the created object."""
-        return send(self.api, "POST", _collection(ns, obj["kind"]), obj)
+        return send(self.api, "POST", collection(obj["kind"], ns), obj)
 
     def delete_pod(self, ns: str, name: str, uid: str | None, force: bool = False) -> Any:
         """Deletes the pod, only if it still has `uid` when one is given (409 otherwise);
@@ -187,7 +245,7 @@ class Writes:
         options: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
         if force:
             options["gracePeriodSeconds"] = 0
-        return send(self.api, "DELETE", _collection(ns, "Pod") + path(name), options or None)
+        return send(self.api, "DELETE", collection("Pod", ns) + path(name), options or None)
 
     def patch_status(
         self, group: str, version: str, ns: str, plural: str, name: str, patch: list[Any]

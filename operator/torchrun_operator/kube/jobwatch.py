@@ -10,7 +10,6 @@ deleted while the watch was down, which kopf never told us.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +17,7 @@ from kubernetes import client
 
 from torchrun_operator.api.names import GROUP, PLURAL, VERSION
 from torchrun_operator.kube.cache import JobCache, gone_after_relist, parse_rv
+from torchrun_operator.kube.client import custom_collection, lister
 from torchrun_operator.kube.podwatch import Watcher
 
 Obj = dict[str, Any]
@@ -40,16 +40,12 @@ class JobWatcher(Watcher):
         namespace: str | None = None,
     ) -> None:
         super().__init__(namespace, f"jobwatch-{namespace or 'all'}")
-        self._custom = client.CustomObjectsApi(api)
+        self._api = api
         self._cache = cache
         self._on_event = on_event
 
-    def _list_fn(self, kw: dict[str, Any]) -> Any:
-        if self._namespace:
-            return functools.partial(
-                self._custom.list_namespaced_custom_object, GROUP, VERSION, self._namespace, PLURAL
-            )
-        return functools.partial(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+    def _list_fn(self) -> Callable[..., Any]:
+        return lister(self._api, custom_collection(GROUP, VERSION, PLURAL, self._namespace))
 
     def _relisted(self, items: list[Obj], resource_version: str) -> None:
         listed = {(i["metadata"]["namespace"], i["metadata"]["name"]): i for i in items}

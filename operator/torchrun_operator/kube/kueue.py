@@ -8,14 +8,15 @@ controller uid, as for every child.
 
 from __future__ import annotations
 
-import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator import metrics
+from torchrun_operator.kube.client import custom_collection, lister
 from torchrun_operator.kube.podwatch import PodWatcher
 from torchrun_operator.reconcile.admission import WorkloadAction
 from torchrun_operator.render import kueue
@@ -34,18 +35,10 @@ class WorkloadWatcher(PodWatcher):
     what = "workload watch (--kueue: are Kueue's CRDs installed?)"
     thread_prefix = "workloadwatch"
 
-    def _list_fn(self, kw: dict[str, Any]) -> Any:
-        custom = client.CustomObjectsApi(self._api)
-        if self._namespace:
-            return functools.partial(
-                custom.list_namespaced_custom_object,
-                kueue.GROUP,
-                kueue.VERSION,
-                self._namespace,
-                kueue.WORKLOADS,
-            )
-        return functools.partial(
-            custom.list_cluster_custom_object, kueue.GROUP, kueue.VERSION, kueue.WORKLOADS
+    def _list_fn(self) -> Callable[..., Any]:
+        return lister(
+            self._api,
+            custom_collection(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, self._namespace),
         )
 
 

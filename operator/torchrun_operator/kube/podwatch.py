@@ -25,7 +25,12 @@ from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 from torchrun_operator.kube.backoff import Backoff
 from torchrun_operator.kube.cache import JobKey, PodCache
-from torchrun_operator.kube.client import WATCH_REQUEST_TIMEOUT, WATCH_TIMEOUT_SECONDS
+from torchrun_operator.kube.client import (
+    WATCH_REQUEST_TIMEOUT,
+    WATCH_TIMEOUT_SECONDS,
+    collection,
+    lister,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +90,8 @@ class Watcher:
         if self._watch is not None:
             self._watch.stop()
 
-    def _list_fn(self, kw: dict[str, Any]) -> Any:
-        """The list call for our scope; `kw` gains the namespace when the call takes one."""
+    def _list_fn(self) -> Callable[..., Any]:
+        """The list call of our scope (kube/client.lister)."""
         raise NotImplementedError
 
     def _relisted(self, items: list[dict[str, Any]], resource_version: str) -> None:
@@ -103,7 +108,7 @@ class Watcher:
 
     def _list(self) -> dict[str, Any]:
         kw: dict[str, Any] = {**self._selector(), "_preload_content": False}
-        resp = self._list_fn(kw)(**kw)
+        resp = self._list_fn()(**kw)
         listed: dict[str, Any] = json.loads(resp.data)
         return listed
 
@@ -117,7 +122,7 @@ class Watcher:
             "timeout_seconds": WATCH_TIMEOUT_SECONDS,
             "_request_timeout": WATCH_REQUEST_TIMEOUT,
         }
-        yield from self._watch.stream(self._list_fn(kw), **kw)
+        yield from self._watch.stream(self._list_fn(), **kw)
 
     def _sleep(self, seconds: float) -> None:
         self._stop.wait(seconds)
@@ -186,16 +191,12 @@ class PodWatcher(Watcher):
         namespace: str | None = None,
     ) -> None:
         super().__init__(namespace, f"{self.thread_prefix}-{namespace or 'all'}")
-        self._core = client.CoreV1Api(api)
         self._api = api
         self._cache = cache
         self._on_change = on_change
 
-    def _list_fn(self, kw: dict[str, Any]) -> Any:
-        if self._namespace:
-            kw["namespace"] = self._namespace
-            return self._core.list_namespaced_pod
-        return self._core.list_pod_for_all_namespaces
+    def _list_fn(self) -> Callable[..., Any]:
+        return lister(self._api, collection("Pod", self._namespace))
 
     def _relisted(self, items: list[dict[str, Any]], resource_version: str) -> None:
         # Pods missing from the list were deleted while we were not watching: replace_all

@@ -1,11 +1,14 @@
 """kube/client.Writes: the controller's hot writes, one request each, past the generated
 methods' pydantic layer, with the same URLs, auth, timeout and errors."""
 
+import json
+
 import pytest
 from fake_transport import FakeTransport, api
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.kube import client as kclient
 from torchrun_operator.kube import faults
+from torchrun_operator.kube.podwatch import RawWatch
 
 HOST = "https://apiserver.test"
 
@@ -89,3 +92,55 @@ def test_fault_injection_sees_the_writes() -> None:
         kclient.Writes(api(t, injector)).create("ns", {"kind": "Pod", "metadata": {"name": "p"}})
     assert e.value.status == 500
     assert t.sent == []  # refused before it reached the wire
+
+
+def test_get_reads_a_child_by_name_from_its_kinds_collection() -> None:
+    t = FakeTransport(body={"kind": "Service", "metadata": {"name": "j"}})
+    writes = kclient.Writes(api(t))
+    assert writes.get("ns", "Service", "j") == {"kind": "Service", "metadata": {"name": "j"}}
+    writes.get("ns", "NetworkPolicy", "j")
+    assert [(s.method, s.url.removeprefix(HOST)) for s in t.sent] == [
+        ("GET", "/api/v1/namespaces/ns/services/j"),
+        ("GET", "/apis/networking.k8s.io/v1/namespaces/ns/networkpolicies/j"),
+    ]
+    t = FakeTransport(answers=[(404, {"kind": "Status", "code": 404})])
+    with pytest.raises(ApiException) as e:
+        kclient.Writes(api(t)).get("ns", "Pod", "gone")
+    assert e.value.status == 404
+
+
+def test_a_lister_lists_and_watches_with_the_generated_methods_query() -> None:
+    t = FakeTransport(body={"kind": "PodList", "items": []})
+    list_pods = kclient.lister(api(t), kclient.collection("Pod", "ns"))
+    assert list_pods(label_selector="a=b").data == b'{"kind": "PodList", "items": []}'
+    kclient.lister(api(t), kclient.collection("Pod"))(
+        watch=True,
+        resource_version="7",
+        allow_watch_bookmarks=True,
+        timeout_seconds=300,
+        _request_timeout=(5, 330),
+    )
+    jobs = kclient.custom_collection("g.example", "v1", "things", "ns")
+    kclient.lister(api(t), jobs)()
+    assert [(s.method, s.url.removeprefix(HOST), s.timeout) for s in t.sent] == [
+        ("GET", "/api/v1/namespaces/ns/pods?labelSelector=a%3Db", kclient.REQUEST_TIMEOUT),
+        (
+            "GET",
+            "/api/v1/pods?watch=true&resourceVersion=7&allowWatchBookmarks=true&timeoutSeconds=300",
+            (5, 330),
+        ),
+        ("GET", "/apis/g.example/v1/namespaces/ns/things", kclient.REQUEST_TIMEOUT),
+    ]
+    with pytest.raises(TypeError, match="field_selector"):
+        list_pods(field_selector="x")
+
+
+def test_a_lister_feeds_the_raw_watch_and_raises_a_refused_list() -> None:
+    pod = {"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "7"}}
+    t = FakeTransport(body=json.dumps({"type": "ADDED", "object": pod}).encode() + b"\n")
+    watched = RawWatch().stream(kclient.lister(api(t), "/api/v1/pods"), timeout_seconds=5)
+    assert [(e["type"], e["raw_object"]) for e in watched] == [("ADDED", pod)]
+    t = FakeTransport(answers=[(403, {"kind": "Status", "code": 403, "message": "forbidden"})])
+    with pytest.raises(ApiException) as e:
+        kclient.lister(api(t), "/api/v1/pods")()
+    assert e.value.status == 403
