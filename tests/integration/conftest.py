@@ -4,7 +4,8 @@ By default a localkube cluster (etcd, kube-apiserver, controllers, scheduler, Co
 process nodes) starts once per session in a temporary directory. With
 LOCALKUBE_USE_KUBECONFIG=1 (or KUBECONFIG set and LOCALKUBE=0) the tests use whatever cluster
 KUBECONFIG points at instead, e.g. kind; tests marked `localkube` need its insides and are
-skipped there, with that reason.
+skipped there, with that reason, and tests marked `host_nodes` (nodes on this host) run there
+only when it is a kind cluster of this host.
 
 A cluster that fails to come up is an error in every test that needs it, never a skip.
 LOCALKUBE_KEEP_LOGS=1 keeps the cluster directory (logs under DIR/logs) after the session.
@@ -31,6 +32,7 @@ from localkube.testing import (
     unique_cluster_name,
     use_external_cluster,
 )
+from nodes import node_containers
 from operator_fixtures import crd, operator  # noqa: F401  (fixtures for the operator's tests)
 
 INTEGRATION_DIR = Path(__file__).parent
@@ -62,6 +64,11 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: needs a real control plane")
     config.addinivalue_line("markers", "localkube: needs localkube internals, not any cluster")
     config.addinivalue_line(
+        "markers",
+        "host_nodes: needs the cluster's nodes on this host (localkube's or kind's): finds "
+        "pods' processes in /proc, stops a node",
+    )
+    config.addinivalue_line(
         "markers", "docker: runs a Docker engine; alone, never beside process-node pods"
     )
 
@@ -73,6 +80,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.integration)
         if item.get_closest_marker("localkube") and use_external_cluster():
             item.add_marker(pytest.mark.skip(reason="needs localkube; running against KUBECONFIG"))
+        elif item.get_closest_marker("host_nodes") and not nodes_here():
+            reason = (
+                "needs the cluster's nodes on this host (localkube or kind); KUBECONFIG's are not"
+            )
+            item.add_marker(pytest.mark.skip(reason=reason))
     # The Docker tests start dockerd beside the session's cluster (and stop it afterwards).
     # They run last, and `make test` runs them in a pytest run of their own after the
     # parallel one (`-m docker`): with dockerd started under a running process node, workers
@@ -82,6 +94,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in docker:
         item.add_marker(pytest.mark.docker)
     items.sort(key=run_order)  # stable: a module's tests keep their order
+
+
+_NODES_HERE: list[bool] = []
+
+
+def nodes_here() -> bool:
+    """Whether the test cluster's nodes run on this host: localkube's always; another
+    cluster's when every node is a kind node whose container Docker here runs (asked once)."""
+    if not use_external_cluster():
+        return True
+    if not _NODES_HERE:
+        from kubernetes import config as kubeconfig
+
+        api = kubeconfig.new_client_from_config()
+        try:
+            _NODES_HERE.append(bool(node_containers(api)))
+        finally:
+            api.close()
+    return _NODES_HERE[0]
 
 
 def run_order(item: pytest.Item) -> tuple[int, int]:

@@ -9,6 +9,8 @@ taints it, and the taint evicts its pods. The pods tolerate that taint only brie
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +29,26 @@ FAST_EVICTION = [
     }
     for k in ("not-ready", "unreachable")
 ]
+
+
+def node_containers(kube: client.ApiClient) -> dict[str, str]:
+    """Node name -> the Docker container on this host that is the node, when every node of
+    the cluster is one (kind's: providerID kind://docker/<cluster>/<node>); else empty."""
+    nodes: Any = client.CoreV1Api(kube).list_node()
+    found: dict[str, str] = {}
+    for n in nodes.items:
+        provider = n.spec.provider_id or ""
+        if not provider.startswith("kind://docker/"):
+            return {}
+        found[n.metadata.name] = provider.rsplit("/", 1)[1]
+    running = (
+        subprocess.run(
+            ["docker", "ps", "--format", "{{.Names}}"], capture_output=True, text=True, check=False
+        ).stdout.split()
+        if shutil.which("docker")
+        else []
+    )
+    return found if found and set(found.values()) <= set(running) else {}
 
 
 def spread(job: str) -> dict[str, Any]:

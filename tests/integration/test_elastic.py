@@ -4,7 +4,7 @@ With `elastic: {minNodes: 2, maxNodes: 3}` torchrun runs with `--nnodes 2:3`. Wh
 (not pod 0, which hosts the rendezvous store) is deleted, the others' agents keep running and
 re-rendezvous; the operator creates a replacement pod for that node rank only, which joins
 them. The survivors' launcher processes are the same processes before and after (checked
-from the host), and the job finishes Succeeded without a gang restart.
+from the host, hostprocs.py), and the job finishes Succeeded without a gang restart.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 from dtj import apply, job_pods, pod_log, wait_phase
+from hostprocs import launcher_pid, start_time
 from kubernetes import client
 from shared_dir import SharedDir
 from test_restarts import (
-    launcher_pid,
     pod_by_index,
     rank_zero_pod,
     script_configmap,
-    start_time,
     train_command,
     wait_training,
 )
 
-pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+# The launchers' processes are checked from the host: the cluster's nodes must run here.
+pytestmark = [pytest.mark.host_nodes, pytest.mark.usefixtures("operator")]
 
 
 def elastic_doc(name: str, ckpt: SharedDir) -> dict[str, Any]:
@@ -54,7 +54,7 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
     survivors = {i: pod_by_index(kube, namespace, name, i) for i in (0, 1)}
     before = {}
     for i, pod in survivors.items():
-        pid = launcher_pid(cluster, namespace, pod)
+        pid = launcher_pid(pod)
         assert pid is not None, f"no launcher process for {pod.metadata.name}"
         before[i] = (pid, start_time(pid))
 
@@ -66,7 +66,7 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
     for i, pod in survivors.items():
         now = pod_by_index(kube, namespace, name, i)
         assert now.metadata.uid == pod.metadata.uid, f"node rank {i}'s pod was replaced"
-        pid = launcher_pid(cluster, namespace, now)
+        pid = launcher_pid(now)
         assert pid is not None and (pid, start_time(pid)) == before[i], (
             f"node rank {i}: launcher {before[i]} is now {pid}, {pid and start_time(pid)}"
         )

@@ -6,17 +6,15 @@ checkpoint in a shared directory and ends with bit-identical weights to an unint
 A rank that exits 1 fails the job at once; an exit code listed as retryable restarts it; the
 restart budget, counted in the job's status, survives an operator restart.
 
-The training processes are found from the host: the node writes each container's host PID to
-`<node state>/pods/<ns>_<pod>_<uid>/run/<container>/pid.json`, and the workers are that
-launcher's descendants whose environment carries RANK. So the tests that kill a worker or lose
-a process node run on the local cluster only (mark `localkube`); the others run on any
-cluster, the checkpoint in a directory every pod shares (shared_dir: a hostPath here, a claim
-elsewhere).
+A worker is killed from the host (hostprocs: its processes found in /proc by the pod's IP),
+so that test needs the cluster's nodes on this host, localkube's or kind's (mark
+`host_nodes`). A node is lost by pausing a process node's heartbeats (nodes.node_lost), on the
+local cluster only. The others run on any cluster, the checkpoint in a directory every pod
+shares (shared_dir: a hostPath here, a claim elsewhere).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -28,6 +26,7 @@ from typing import Any
 import jobs
 import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, pod_log, wait_for, wait_phase
+from hostprocs import launcher_pid, worker_pids
 from kubernetes import client
 from nodes import FAST_EVICTION, node_lost, spread
 from shared_dir import SharedDir
@@ -95,67 +94,7 @@ def train_command(epochs: int, step_sleep: float) -> list[str]:
     ]
 
 
-# ---- the host's view of pods --------------------------------------------------------------
-
-
-def node_state(cluster: Any) -> Path:
-    return Path(cluster.layout.node_state)
-
-
-def launcher_pid(cluster: Any, ns: str, pod: Any) -> int | None:
-    """Host PID of the trainer container's PID 1 (the launcher, torchrun's agent)."""
-    run = node_state(cluster) / "pods" / f"{ns}_{pod.metadata.name}_{pod.metadata.uid}" / "run"
-    try:
-        return int(json.loads((run / "trainer" / "pid.json").read_text())["pid"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """Kernel start time of `pid` (telling a process from a later one with a reused PID)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _children() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
-def _environ(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def worker_pids(root: int) -> dict[int, int]:
-    """Global rank -> host PID of the torchrun workers under launcher `root`."""
-    tree = _children()
-    found: dict[int, int] = {}
-    todo = list(tree.get(root, []))
-    while todo:
-        pid = todo.pop()
-        env = _environ(pid)
-        if "RANK" in env and "LOCAL_RANK" in env:
-            found[int(env["RANK"])] = pid
-        else:
-            todo.extend(tree.get(pid, []))
-    return found
+# ---- pods -------------------------------------------------------------------------------
 
 
 def live_pods(kube: client.ApiClient, ns: str, job: str, index: int) -> list[Any]:
@@ -194,11 +133,12 @@ def wait_training(
     return wait_for(f"{job}: a checkpoint and workers in pod {index}", ready, timeout=180)
 
 
-def wait_workers(cluster: Any, ns: str, pod: Any) -> dict[int, int]:
+def wait_workers(kube: client.ApiClient, ns: str, pod: Any) -> dict[int, int]:
     """Global rank -> host PID of the pod's torchrun workers, once there are any."""
+    core = client.CoreV1Api(kube)
 
     def found() -> dict[int, int] | None:
-        root = launcher_pid(cluster, ns, pod)
+        root = launcher_pid(core.read_namespaced_pod(pod.metadata.name, ns))
         return (worker_pids(root) if root else {}) or None
 
     workers: dict[int, int] = wait_for(f"workers of {pod.metadata.name}", found, timeout=60)
@@ -293,7 +233,7 @@ def assert_one_restart_and_resumed(
     return status
 
 
-@pytest.mark.localkube
+@pytest.mark.host_nodes
 def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: SharedDir, reference_checksum: str
 ) -> None:
@@ -301,7 +241,7 @@ def test_sigkilled_worker_gang_restarts_and_resumes_from_checkpoint(
     doc = job_doc(name, train_command(EPOCHS, 0.3), ckpt=ckpt)
     apply(kube, namespace, [script_configmap(name), doc])
     pod = wait_training(kube, namespace, name, 1, ckpt)
-    [(rank, pid)] = wait_workers(cluster, namespace, pod).items()
+    [(rank, pid)] = wait_workers(kube, namespace, pod).items()
     os.kill(pid, signal.SIGKILL)
     status = assert_one_restart_and_resumed(
         cluster, kube, namespace, name, reference_checksum, index=1, rank=rank, reason="Signal"
