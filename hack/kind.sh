@@ -141,6 +141,12 @@ config() {  # workers
   echo "nodes:"
   echo "- role: control-plane"
   for _ in $(seq "$1"); do echo "- role: worker"; done
+  # Kubernetes' own gang scheduling (the Workload API, beta and off by default in 1.37), on
+  # as the local cluster has it (cluster/localkube/components.py: WORKLOAD_GATES).
+  echo "featureGates:"
+  echo "  GenericWorkload: true"
+  echo "runtimeConfig:"
+  echo '  "scheduling.k8s.io/v1beta1": "true"'
   if [ ! -f /sys/fs/cgroup/cgroup.controllers ]; then
     cat <<'EOF'
 kubeadmConfigPatches:

@@ -3,8 +3,12 @@ scheduling against the partial placement that deadlocks two jobs without it, the
 of coscheduling and Volcano (their CRDs written from the documented APIs; their schedulers
 are not here), and topology placement on labelled nodes.
 
-The module runs its own localkube cluster, sized for the scenario: four nodes with one GPU
-each (room for exactly one 4-pod job of 1-GPU pods), two per rack (label example.com/rack).
+On the local cluster the module runs a cluster of its own, sized for the scenario: four nodes
+with one GPU each, two per rack (label example.com/rack). On another cluster (kind, with the
+Workload API's feature gate: hack/kind.sh) it uses the session's cluster and operator, and
+gives each schedulable node (an even number of them) one GPU, as a device plugin would
+advertise it, and a rack label, half of the nodes per rack; both are taken back afterwards.
+Every scenario is sized from the nodes it has.
 """
 
 from __future__ import annotations
@@ -25,19 +29,23 @@ from dtj import (
     get_job,
     job_pods,
     quick_job,
+    schedulable_nodes,
     wait_for,
 )
 from jobs import condition
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube.components import NodeSpec
-from localkube.controlplane import Cluster
-from localkube.testing import create_namespace, namespace_name, started_cluster
+from localkube.testing import (
+    create_namespace,
+    namespace_name,
+    started_cluster,
+    use_external_cluster,
+)
 from operator_fixtures import install_crd
 
-pytestmark = pytest.mark.localkube
-
 RACK = "example.com/rack"
+GPU = "nvidia.com/gpu"
 NODES = [
     NodeSpec(f"gpu-{i}", cpu="4", memory="16Gi", gpus=1, labels={RACK: f"r{i // 2}"})
     for i in range(4)
@@ -52,18 +60,25 @@ GROUPS = {
 
 
 @pytest.fixture(scope="module")
-def gang_cluster() -> Iterator[Cluster]:
+def gang_cluster(request: pytest.FixtureRequest) -> Iterator[Any]:
+    if use_external_cluster():
+        yield request.getfixturevalue("cluster")
+        return
     with started_cluster("localkube-gang-", 180, name=f"g{os.getpid()}"[:12], nodes=NODES) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
-def gapi(gang_cluster: Cluster) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(gang_cluster.kubeconfig))
+def gapi(gang_cluster: Any) -> Iterator[client.ApiClient]:
+    api = gang_cluster.api_client()
     install_crd(api)
     ext = client.ApiextensionsV1Api(api)
     for path in sorted(CRDS.glob("*.yaml")):
-        ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        try:
+            ext.create_custom_resource_definition(yaml.safe_load(path.read_text()))
+        except ApiException as e:
+            if e.status != 409:  # there from an earlier run on this cluster: the same file
+                raise
     for path in sorted(CRDS.glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
 
@@ -82,10 +97,56 @@ def gapi(gang_cluster: Cluster) -> Iterator[client.ApiClient]:
     api.close()
 
 
+def _escaped(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+@pytest.fixture(scope="module")
+def racks(gapi: client.ApiClient) -> Iterator[dict[str, str]]:
+    """Node -> rack of the nodes with one GPU each: half of them per rack."""
+    if not use_external_cluster():
+        yield {n.name: n.labels[RACK] for n in NODES}
+        return
+    core = client.CoreV1Api(gapi)
+    names = sorted(n.metadata.name for n in schedulable_nodes(gapi))
+    names = names[: len(names) // 2 * 2]
+    assert names, "the gang tests need at least two schedulable nodes"
+    placed = {n: f"r{i // (len(names) // 2)}" for i, n in enumerate(names)}
+    for node, rack in placed.items():
+        core.patch_node(node, {"metadata": {"labels": {RACK: rack}}})
+        gpus = {"capacity": {GPU: "1"}, "allocatable": {GPU: "1"}}
+        core.patch_node_status(node, {"status": gpus})
+
+    def advertised() -> bool:
+        listed: Any = core.list_node()
+        nodes = {n.metadata.name: n for n in listed.items}
+        return all((nodes[n].status.allocatable or {}).get(GPU) == "1" for n in placed)
+
+    wait_for("one GPU on each node", advertised, timeout=30)
+    yield placed
+    for node in placed:
+        core.patch_node(node, {"metadata": {"labels": {RACK: None}}})
+        removed = [
+            {"op": "remove", "path": f"/status/{field}/{_escaped(GPU)}"}
+            for field in ("capacity", "allocatable")
+        ]
+        try:
+            core.patch_node_status(node, removed)
+        except ApiException as e:
+            if e.status != 422:  # the kubelet wrote its own status meanwhile: nothing to take
+                raise
+
+
 @pytest.fixture(scope="module")
 def gang_operator(
-    gapi: client.ApiClient, gang_cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    gapi: client.ApiClient,
+    gang_cluster: Any,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
+    if use_external_cluster():  # one operator per cluster: the session's
+        yield request.getfixturevalue("operator")
+        return
     op = OperatorProcess(Path(gang_cluster.kubeconfig), tmp_path_factory.mktemp("gang-op"))
     op.start()
     yield op
@@ -132,35 +193,47 @@ def told_or_bound(core: client.CoreV1Api, ns: str, name: str) -> bool:
 
 @pytest.mark.parametrize("gang", ["Native", "None"])
 def test_two_four_node_jobs_with_room_for_one(
-    gang: str, gang_cluster: Cluster, gapi: client.ApiClient, gang_operator: Any, ns: str
+    gang: str,
+    gang_cluster: Any,
+    gapi: client.ApiClient,
+    racks: dict[str, str],
+    gang_operator: Any,
+    ns: str,
 ) -> None:
-    """Both jobs are submitted together, their pods held by a scheduling gate that the test
-    lifts in the order that hurts most: a0, b0, a1, b1, ... With Native gang scheduling one
-    job gets all four GPUs and the other none until the first ends; without it each job gets
-    two pods and both wait forever for the rest (the deadlock)."""
+    """Two jobs of one 1-GPU pod per node (four on the local cluster) are submitted
+    together, their pods held by a scheduling gate that the test lifts in the order that hurts
+    most: a0, b0, a1, b1, ... With Native gang scheduling one job gets every GPU and the other
+    none until the first ends; without it each job gets half and both wait forever for the
+    rest (the deadlock)."""
     core = client.CoreV1Api(gapi)
+    size = len(racks)
+    half = size // 2
     jobs = {}
     for name in ("a", "b"):
-        job = sleeper(name, 4, 20, scheduling={"gang": gang})
+        job = sleeper(name, size, 20, scheduling={"gang": gang})
         trainer(job)["resources"] = {
             "limits": {"nvidia.com/gpu": 1},
             "requests": {"cpu": "100m", "memory": "256Mi"},
         }
         job["spec"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
         jobs[name] = create_job(gapi, ns, job)
-    wait_for("8 pods", lambda: len(job_pods(gapi, ns, "a") + job_pods(gapi, ns, "b")) == 8, 120)
+    wait_for(
+        f"{2 * size} pods",
+        lambda: len(job_pods(gapi, ns, "a") + job_pods(gapi, ns, "b")) == 2 * size,
+        120,
+    )
     if gang == "Native":
         custom = client.CustomObjectsApi(gapi)
         for name in ("a", "b"):
             group: Any = custom.get_namespaced_custom_object(
                 "scheduling.k8s.io", "v1beta1", ns, "podgroups", f"{name}-a0"
             )
-            assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+            assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": size}}
             assert group["metadata"]["ownerReferences"][0]["uid"] == jobs[name]["metadata"]["uid"]
             custom.get_namespaced_custom_object(
                 "scheduling.k8s.io", "v1beta1", ns, "workloads", f"{name}-a0"
             )
-    for i in range(4):
+    for i in range(size):
         for name in ("a", "b"):
             pod = f"{name}-{i}"
             core.patch_namespaced_pod(pod, ns, [{"op": "remove", "path": "/spec/schedulingGates"}])
@@ -177,20 +250,20 @@ def test_two_four_node_jobs_with_room_for_one(
         return [len(bound(gapi, ns, "a")), len(bound(gapi, ns, "b"))]
 
     if gang == "None":
-        wait_for("four pods bound", lambda: sum(counts()) == 4, 60)
+        wait_for(f"{size} pods bound", lambda: sum(counts()) == size, 60)
         time.sleep(10)  # nothing moves: each job waits for pods that cannot be placed
-        assert counts() == [2, 2], "partial placement: two pods of each job hold the GPUs"
+        assert counts() == [half, half], "partial placement: half of each job holds the GPUs"
         for name in ("a", "b"):
             job = get_job(gapi, ns, name)
             assert job["status"]["phase"] == "Waiting", job["status"]
             cond = condition(job, "Scheduled")
             assert cond is not None and cond["status"] == "False", job["status"]
-            assert "2 of 4 pods not scheduled" in cond["message"]
+            assert f"{size - half} of {size} pods not scheduled" in cond["message"]
             assert "nvidia.com/gpu" in cond["message"]
         return
 
-    first = wait_for("one whole gang bound", lambda: 4 in counts() and counts(), 120)
-    assert sorted(first) == [0, 4], first
+    first = wait_for("one whole gang bound", lambda: size in counts() and counts(), 120)
+    assert sorted(first) == [0, size], first
     winner, loser = ("a", "b") if first[0] == 4 else ("b", "a")
 
     # The loser waits, says why, and has no pod bound until the winner has finished. It was
@@ -205,7 +278,7 @@ def test_two_four_node_jobs_with_room_for_one(
     status = wait_for(f"{loser} Waiting, Unschedulable", unschedulable, 60)
     cond = condition({"status": status}, "Scheduled")
     assert cond is not None and cond["status"] == "False", status
-    assert "Native gang scheduling places 4 pods together or none" in cond["message"]
+    assert f"Native gang scheduling places {size} pods together or none" in cond["message"]
     assert f"(PodGroup {loser}-a0)" in cond["message"]
     text = dtj_status(gang_cluster, ns, loser)
     assert "Waiting" in text and f"Gang:       Native, PodGroup {loser}-a0" in text
@@ -283,24 +356,25 @@ def test_podgroup_per_attempt_created_replaced_and_collected(
 
 
 def test_placement_one_rack_exclusive_one_pod_per_node(
-    gapi: client.ApiClient, gang_operator: Any, ns: str
+    gapi: client.ApiClient, racks: dict[str, str], gang_operator: Any, ns: str
 ) -> None:
-    """Two exclusive two-pod jobs take a rack each, one pod per node; a third job finds no
-    domain free, waits and says so, and starts once a rack is free."""
+    """Two exclusive jobs of one pod per node of a rack (two on the local cluster) take a
+    rack each; a third job finds no domain free, waits and says so, and starts once a rack is
+    free."""
     placement = {"topologyKey": RACK, "exclusive": True, "onePodPerNode": True}
-    racks = {n.name: n.labels[RACK] for n in NODES}
+    per_rack = len(racks) // 2
     for name in ("p", "q"):
-        create_job(gapi, ns, sleeper(name, 2, 600, scheduling={"placement": placement}))
+        create_job(gapi, ns, sleeper(name, per_rack, 600, scheduling={"placement": placement}))
     where = {}
     for name in ("p", "q"):
 
-        def both_bound(n: str = name) -> list[Any] | None:
+        def all_bound(n: str = name) -> list[Any] | None:
             b = bound(gapi, ns, n)
-            return b if len(b) == 2 else None
+            return b if len(b) == per_rack else None
 
-        pods = wait_for(f"{name} bound", both_bound, 120)
+        pods = wait_for(f"{name} bound", all_bound, 120)
         nodes = {p.spec.node_name for p in pods}
-        assert len(nodes) == 2, f"{name}: one pod per node"
+        assert len(nodes) == per_rack, f"{name}: one pod per node"
         assert len({racks[n] for n in nodes}) == 1, f"{name}: one rack"
         where[name] = racks[next(iter(nodes))]
     assert where["p"] != where["q"], "exclusive: a rack each"
