@@ -24,7 +24,7 @@ from campaign_cluster import Apiserver, Pauser, resilient_client
 from campaign_faults import LEASE
 from campaign_monitor import PodMonitor
 from campaign_operator import Operator, stopping
-from campaign_scenarios import FINISHED, Scenario
+from campaign_scenarios import FINISHED, Scenario, Wait
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -74,6 +74,25 @@ class Runner:
 
     def _down(self) -> float:
         return self.apiserver.down if self.apiserver is not None else 0.0
+
+    def wait(self, what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
+        """wait_for for the scenarios' drivers, its `timeout` extended by the apiserver's
+        outages while it waits: a job moves not at all while the apiserver is stopped or
+        restarting, and the runs side by side share it (kueue-evict-33 of 2026-11-28 waited
+        180 s for Running through 105 s of other runs' outages, and the wait ran out)."""
+        down = self._down()
+        deadline = time.monotonic() + timeout
+        while True:
+            result = check()
+            if result:
+                return result
+            lived = self._down() - down
+            if time.monotonic() > deadline + lived:
+                raise TimeoutError(
+                    f"timed out after {timeout:.0f}s and {lived:.0f}s of apiserver outages "
+                    f"waiting for {what}; last: {result!r}"
+                )
+            time.sleep(interval)
 
     def next_index(self) -> int:
         with self._lock:
@@ -181,7 +200,7 @@ class Runner:
                 scenario.prepare(self.api, ns)
             doc = scenario.doc(name)
             create_retrying(lambda: create_job(self.api, ns, doc))
-            driver = _Driver(scenario, self.api, ns, name)
+            driver = _Driver(scenario, self.api, ns, name, self.wait)
             pauser = Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
             deadline = time.monotonic() + JOB_TIMEOUT
@@ -328,7 +347,9 @@ class _Driver:
     """The scenario's own action while the job runs (suspend and resume), in a thread; an
     error of its own is the run's violation."""
 
-    def __init__(self, scenario: Scenario, api: client.ApiClient, ns: str, name: str) -> None:
+    def __init__(
+        self, scenario: Scenario, api: client.ApiClient, ns: str, name: str, wait: Wait
+    ) -> None:
         self.errors: list[str] = []
         self._thread: threading.Thread | None = None
         if scenario.during is not None:
@@ -336,7 +357,7 @@ class _Driver:
 
             def go() -> None:
                 try:
-                    during(api, ns, name)
+                    during(api, ns, name, wait)
                 except Exception as e:  # noqa: BLE001 - reported as the run's violation
                     self.errors.append(f"{scenario.name} driver: {e!r}")
 

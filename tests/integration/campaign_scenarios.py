@@ -15,7 +15,6 @@ from typing import Any
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, quick_job
 from hostile_bodies import hostile_server
 from kubernetes import client
-from localkube.testing import wait_for
 from torchrun_operator.api.names import KIND
 from torchrun_operator.api.status_names import ConditionType
 from torchrun_operator.render import kueue as kq
@@ -37,6 +36,10 @@ CLOCK_TAINT = {"key": CLOCK_LABEL, "value": "skewed", "effect": "NoSchedule"}
 CLOCK_SKEWS = {"ahead": 3600.0, "behind": -6 * 3600.0}
 
 Api = client.ApiClient
+# A driver's wait: localkube.testing.wait_for's (what, check, timeout, interval), with the
+# timeout counted on the cluster's time: the campaign's apiserver outages meanwhile (other
+# runs' too: they share it) do not count (campaign_run.Campaign.wait).
+Wait = Callable[..., Any]
 
 
 def campaign_job(name: str, nodes: int = 2) -> dict[str, Any]:
@@ -56,7 +59,7 @@ class Scenario:
     name: str
     doc: Callable[[str], dict[str, Any]]
     # Something the driver does while the job runs (suspend and resume), or None.
-    during: Callable[[Api, str, str], None] | None = None
+    during: Callable[[Api, str, str, Wait], None] | None = None
     ttl: bool = False
     nodes: int = 2
     # Something done in the run's namespace before the job is created (a Kueue queue).
@@ -150,19 +153,17 @@ def _ttl(name: str) -> dict[str, Any]:
     return doc
 
 
-def _suspend_then_resume(api: Api, ns: str, name: str) -> None:
+def _suspend_then_resume(api: Api, ns: str, name: str, wait: Wait) -> None:
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    wait_for(
-        "Running", lambda: _phase(custom, ns, name) in ("Running", *FINISHED), 120, interval=0.3
-    )
+    wait("Running", lambda: _phase(custom, ns, name) in ("Running", *FINISHED), 120, interval=0.3)
     patch = {"spec": {"runPolicy": {"suspend": True}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
     def quiet() -> bool:
         return _phase(custom, ns, name) == "Suspended" and not _pods(core, ns, name)
 
-    wait_for("Suspended with no pods", quiet, 120, interval=0.3)
+    wait("Suspended with no pods", quiet, 120, interval=0.3)
     patch = {"spec": {"runPolicy": {"suspend": False}}}
     custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, patch)
 
@@ -204,7 +205,7 @@ def _elastic(name: str) -> dict[str, Any]:
     return doc
 
 
-def _delete_pod_2_while_running(api: Api, ns: str, name: str) -> None:
+def _delete_pod_2_while_running(api: Api, ns: str, name: str, wait: Wait) -> None:
     """Once all three pods rendezvoused (the job's RendezvousDone condition), pod 2 (not pod
     0: it hosts the c10d store) is deleted, as a node lost would take it. Not sooner: a pod
     deleted before its launcher joined leaves its place in round 0 to the replacement, no
@@ -217,7 +218,7 @@ def _delete_pod_2_while_running(api: Api, ns: str, name: str) -> None:
         running = [p for p in _pods(core, ns, name) if p.status.phase == "Running"]
         return done and len(running) == 3
 
-    wait_for("all three pods rendezvoused", rendezvoused, 180, interval=0.3)
+    wait("all three pods rendezvoused", rendezvoused, 180, interval=0.3)
     core.delete_namespaced_pod(f"{name}-2", ns)
 
 
@@ -333,12 +334,12 @@ def _queued(name: str) -> dict[str, Any]:
     return doc
 
 
-def _evict_then_readmit(api: Api, ns: str, name: str) -> None:
+def _evict_then_readmit(api: Api, ns: str, name: str, wait: Wait) -> None:
     """Once the job runs, its Workload is deactivated (Kueue evicts it: the operator
     suspends the job and removes its pods), then activated again (re-admitted: attempt 1)."""
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    wait_for("Running", lambda: _phase(custom, ns, name) == "Running", 180, interval=0.3)
+    wait("Running", lambda: _phase(custom, ns, name) == "Running", 180, interval=0.3)
 
     def workload() -> str | None:
         listed: Any = custom.list_namespaced_custom_object(
@@ -346,7 +347,7 @@ def _evict_then_readmit(api: Api, ns: str, name: str) -> None:
         )
         return listed["items"][0]["metadata"]["name"] if listed["items"] else None
 
-    wl = wait_for("the job's Workload", workload, 60, interval=0.3)
+    wl = wait("the job's Workload", workload, 60, interval=0.3)
 
     def active(on: bool) -> None:
         patch = {"spec": {"active": on}}
@@ -357,7 +358,7 @@ def _evict_then_readmit(api: Api, ns: str, name: str) -> None:
     def evicted() -> bool:
         return _phase(custom, ns, name) == "Queued" and not _pods(core, ns, name)
 
-    wait_for("Queued with no pods", evicted, 120, interval=0.3)
+    wait("Queued with no pods", evicted, 120, interval=0.3)
     active(True)
 
 
@@ -416,7 +417,7 @@ while not done():
 )
 
 
-def _hostile_answers_refused(api: Api, ns: str, name: str) -> None:
+def _hostile_answers_refused(api: Api, ns: str, name: str, wait: Wait) -> None:
     """The run shows the operator read the hostile bodies and refused them: the job's
     PodInputRejected condition (it stays once set, also after the job ended); without it
     the scenario would prove nothing."""
@@ -425,7 +426,7 @@ def _hostile_answers_refused(api: Api, ns: str, name: str) -> None:
     def refused() -> bool:
         return _condition_true(custom, ns, name, ConditionType.POD_INPUT_REJECTED)
 
-    wait_for("the PodInputRejected condition", refused, 200, interval=0.5)
+    wait("the PodInputRejected condition", refused, 200, interval=0.5)
 
 
 def _hostile(name: str) -> dict[str, Any]:
@@ -448,7 +449,7 @@ def _hostile(name: str) -> dict[str, Any]:
     return doc
 
 
-def _pod_group_made(api: Api, ns: str, name: str) -> None:
+def _pod_group_made(api: Api, ns: str, name: str, wait: Wait) -> None:
     """The run shows a Native PodGroup for the whole gang: without one the scenario would be
     the plain gang restart. (PodGroups stay until the job is deleted.)"""
     custom = client.CustomObjectsApi(api)
@@ -462,7 +463,7 @@ def _pod_group_made(api: Api, ns: str, name: str) -> None:
             for g in listed["items"]
         )
 
-    wait_for("a Native PodGroup of 2", made, 200, interval=0.5)
+    wait("a Native PodGroup of 2", made, 200, interval=0.5)
 
 
 SCENARIOS = [

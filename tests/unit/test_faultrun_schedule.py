@@ -157,3 +157,22 @@ def test_resume_refuses_another_campaign_or_other_code(tmp_path: Path, monkeypat
     monkeypatch.setattr(faultrun, "commit", lambda: "abc123-dirty")
     with pytest.raises(SystemExit, match="not the same campaign"):
         faultrun.resumed(args)
+
+
+def test_a_drivers_wait_does_not_count_the_apiservers_outages() -> None:
+    """A driver's wait ends at its timeout on the cluster's time: an outage of the apiserver
+    meanwhile (another run's, they share it) extends it by as long."""
+    c = campaign(1)
+    c.apiserver.down = 0.0
+    polls: list[int] = []
+
+    def check() -> bool:
+        polls.append(1)
+        if len(polls) == 3:
+            c.apiserver.down += 0.5  # an outage ended while this wait waited
+        return len(polls) == 20
+
+    assert c.wait("the job", check, timeout=0.2, interval=0.03)
+    c.apiserver.down = 0.0
+    with pytest.raises(TimeoutError, match="after 0s and 0s of apiserver outages waiting for"):
+        c.wait("the job", lambda: False, timeout=0.1, interval=0.03)
