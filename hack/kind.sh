@@ -7,6 +7,8 @@
 #                                          nodes are Ready; nothing to do if it exists. Its
 #                                          kubeconfig: ~/.cache/torchrun-operator/kind/NAME.kubeconfig
 #                                          (not ~/.kube/config)
+#                                          Every worker mounts ~/.cache/torchrun-operator/kind/NAME-shared
+#                                          at /shared: a directory the nodes' pods share
 #   hack/kind.sh delete [NAME]
 #   hack/kind.sh kind ARGS...              the kind CLI (e.g. get clusters, load docker-image)
 #   hack/kind.sh path                      print the kind CLI's path
@@ -133,14 +135,25 @@ kind_run() {
 # the host routes to them (below).
 POD_SUBNET=${KIND_POD_SUBNET:-10.144.0.0/16}
 
-config() {  # workers
+# One directory of this host mounted into every worker at /shared: a hostPath under it is the
+# same directory on every node, which a job's pods spread over nodes share (the tests keep
+# checkpoints there: tests/integration/shared_dir.py finds it through `docker inspect`).
+SHARED_MOUNT=/shared
+shared_dir() { echo "$CACHE/kind/$1-shared"; }
+
+config() {  # workers, shared directory
   echo "kind: Cluster"
   echo "apiVersion: kind.x-k8s.io/v1alpha4"
   echo "networking:"
   echo "  podSubnet: $POD_SUBNET"
   echo "nodes:"
   echo "- role: control-plane"
-  for _ in $(seq "$1"); do echo "- role: worker"; done
+  for _ in $(seq "$1"); do
+    echo "- role: worker"
+    echo "  extraMounts:"
+    echo "  - hostPath: $2"
+    echo "    containerPath: $SHARED_MOUNT"
+  done
   # Kubernetes' own gang scheduling (the Workload API, beta and off by default in 1.37), on
   # as the local cluster has it (cluster/localkube/components.py: WORKLOAD_GATES).
   echo "featureGates:"
@@ -170,8 +183,8 @@ case $cmd in
     fi
     image=${KIND_NODE_IMAGE:-$(hack/kind-node-image.sh)} || die "no node image (hack/kind-node-image.sh failed)"
     start=$(date +%s)
-    mkdir -p "$CACHE/kind"
-    config "$workers" | kind_run create cluster --name "$name" --image "$image" \
+    mkdir -p "$CACHE/kind" "$(shared_dir "$name")"
+    config "$workers" "$(shared_dir "$name")" | kind_run create cluster --name "$name" --image "$image" \
       --kubeconfig "$CACHE/kind/$name.kubeconfig" --wait "${KIND_WAIT:-5m}" --config - ||
       die "kind create cluster failed; \`hack/kind.sh kind export logs --name $name DIR\` collects the nodes' logs"
     # kind waits for the control plane only; workers become Ready once the CNI runs on them.
@@ -185,7 +198,7 @@ case $cmd in
     name=${1:-torchrun-kind}
     host_routes del "$name"
     kind_run delete cluster --name "$name" --kubeconfig "$CACHE/kind/$name.kubeconfig"
-    rm -f "$CACHE/kind/$name.kubeconfig"
+    rm -rf "$CACHE/kind/$name.kubeconfig" "$(shared_dir "$name")"
     ;;
   kind)
     kind_run "$@"

@@ -8,8 +8,9 @@
 #   KEEP=1 tests/e2e/kind.sh     leave the cluster up afterwards (a second run reuses it)
 #
 #   CLUSTER   the cluster's name (default torchrun-e2e)
-#   WORKERS   worker nodes (default 1). The images are loaded onto the workers only (the
-#             control plane is tainted): the runtime image takes ~12 GB of disk per node.
+#   WORKERS   worker nodes (default 2: pods on different nodes, a node lost). The images are
+#             loaded onto the workers only (the control plane is tainted): the runtime image
+#             takes ~12 GB of disk per node.
 #   TESTS     what pytest runs in step 2 (default tests/integration)
 #   MIN_FREE_GB   what must stay free on Docker's disk after loading the images (default 2):
 #             `kind load docker-image` takes about twice an image's size per node (its content
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 CLUSTER=${CLUSTER:-torchrun-e2e}
-WORKERS=${WORKERS:-1}
+WORKERS=${WORKERS:-2}
 REGISTRY=${REGISTRY:-ghcr.io/torchrun-dev}
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 TORCH=$(sed -n 's/^torch==//p' requirements-test.txt)

@@ -1,16 +1,24 @@
-"""Losing a node of the local cluster, shared by the tests of what the operator does then
-(test_restarts, test_node_avoidance, test_process_node).
+"""Losing a node, shared by the tests of what the operator does then (test_restarts,
+test_node_avoidance, test_process_node).
 
-A node is lost by pausing its heartbeats (localkube's process node: `<node state>/<node>/
-pause-heartbeat`, cluster/localkube/node/nodes.py): the node controller marks it NotReady,
-taints it, and the taint evicts its pods. The pods tolerate that taint only briefly
+On the local cluster a node is lost by pausing its heartbeats (localkube's process node:
+`<node state>/<node>/pause-heartbeat`, cluster/localkube/node/nodes.py): the node controller
+marks it NotReady, taints it, and the taint evicts its pods, which its kubelet, still at work,
+then stops. On kind the node's container is frozen (`docker pause`): the kubelet, the runtime
+and the pods stop together. The node goes NotReady and is tainted as above; once its evicted
+pods are marked for deletion the container is thawed, so its kubelet stops them as the
+process node's does (a partition that heals). A `dead` node stays frozen for the whole block:
+nothing of it reaches the apiserver again. The pods tolerate the taint only briefly
 (FAST_EVICTION), so a test waits seconds for the eviction, not the default 300.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,13 +27,17 @@ from typing import Any
 from kubernetes import client
 from localkube.testing import wait_for
 
+# How long a frozen kind node waits for its pods' eviction before it is thawed anyway: the
+# node controller's grace (50 s by default) plus the pods' 2 s, with room.
+EVICTION_TIMEOUT = 180.0
 # Evicted 2 s after the node's not-ready or unreachable taint, not the default 300 s.
+FAST_EVICTION_SECONDS = 2
 FAST_EVICTION = [
     {
         "key": f"node.kubernetes.io/{k}",
         "operator": "Exists",
         "effect": "NoExecute",
-        "tolerationSeconds": 2,
+        "tolerationSeconds": FAST_EVICTION_SECONDS,
     }
     for k in ("not-ready", "unreachable")
 ]
@@ -69,23 +81,84 @@ def spread(job: str) -> dict[str, Any]:
     }
 
 
+def _evicted(core: client.CoreV1Api, node: str) -> bool:
+    """Every pod on `node` that tolerates its loss for FAST_EVICTION's seconds at most (the
+    tests' pods, not the 300 s every other pod gets by default) is marked for deletion."""
+    pods: Any = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}")
+    fast = [
+        p
+        for p in pods.items
+        if any(
+            t.key == "node.kubernetes.io/unreachable"
+            and t.toleration_seconds is not None
+            and t.toleration_seconds <= FAST_EVICTION_SECONDS
+            for t in p.spec.tolerations or []
+        )
+    ]
+    return all(p.metadata.deletion_timestamp for p in fast)
+
+
+def _docker(*args: str) -> None:
+    subprocess.run(["docker", *args], check=True, capture_output=True, text=True)
+
+
+@contextmanager
+def _frozen(kube: client.ApiClient, node: str, dead: bool) -> Iterator[None]:
+    """kind: the node's container frozen for the block, or (not `dead`) until its pods that
+    tolerate its loss briefly are marked for deletion."""
+    container = node_containers(kube).get(node)
+    assert container, f"{node} is neither a process node nor a kind node of this host"
+    core = client.CoreV1Api(kube)
+    _docker("pause", container)
+    thawed = threading.Event()
+    done = threading.Event()
+
+    def thaw_after_eviction() -> None:
+        deadline = time.monotonic() + EVICTION_TIMEOUT
+        while not done.wait(1) and time.monotonic() < deadline:
+            if _evicted(core, node):
+                break
+        if not done.is_set():
+            _docker("unpause", container)
+            thawed.set()
+
+    thawer = None if dead else threading.Thread(target=thaw_after_eviction, daemon=True)
+    if thawer is not None:
+        thawer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        if thawer is not None:
+            thawer.join()
+        if not thawed.is_set():
+            _docker("unpause", container)
+
+
 @contextmanager
 def node_lost(
     cluster: Any, kube: client.ApiClient, node: str, ready_timeout: float, dead: bool = False
 ) -> Iterator[None]:
-    """Pauses `node`'s heartbeats for the block; afterwards resumes them and waits (up to
+    """Loses `node` for the block (the module's docstring says how); afterwards waits (up to
     `ready_timeout` s) until the node is Ready with no node.kubernetes.io/ taint left, so the
-    next test finds both nodes usable. `dead`: its kubelet is gone altogether (`<node>/dead`):
-    nothing of its pods reaches the apiserver either, so a pod deleted there stays
-    Terminating until someone forces it."""
-    marker = "dead" if dead else "pause-heartbeat"
-    pause = Path(cluster.layout.node_state) / node / marker
+    next test finds both nodes usable. `dead`: its kubelet is gone altogether (localkube's
+    `<node>/dead`; kind's container stays frozen): nothing of its pods reaches the apiserver,
+    so a pod deleted there stays Terminating until someone forces it."""
     core = client.CoreV1Api(kube)
-    pause.touch()
+    layout = getattr(cluster, "layout", None)
+    if layout is not None:
+        pause = Path(layout.node_state) / node / ("dead" if dead else "pause-heartbeat")
+        pause.touch()
+        lost: Any = contextlib.nullcontext()
+    else:
+        pause = None
+        lost = _frozen(kube, node, dead)
     try:
-        yield
+        with lost:
+            yield
     finally:
-        pause.unlink()
+        if pause is not None:
+            pause.unlink()
 
         def healthy() -> bool:
             n: Any = core.read_node(node)

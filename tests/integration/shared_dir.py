@@ -2,24 +2,28 @@
 back: where training keeps its checkpoints across a gang restart.
 
 On the local cluster it is a hostPath of this host (every process node is this host, so every
-pod sees the same directory) and the test reads it directly. On another cluster (kind) it is a
-ReadWriteOnce claim of the default StorageClass: its volume is bound to the node of the first
-pod that uses it, the scheduler puts every later pod that mounts it on that node, and the test
-reads a file through a short-lived pod that mounts the claim and prints it (its log, through
-the API). A ReadWriteMany claim would let the pods spread over nodes; kind's local-path
-provisioner has none, and the tests that use this directory need no spreading.
+pod sees the same directory) and the test reads it directly. On kind clusters of this host
+made by hack/kind.sh, every worker mounts one directory of this host at /shared: the pods use
+a hostPath under it, which is the same directory on every node, and the test reads it
+directly too. On any other cluster it is a ReadWriteOnce claim of the default StorageClass:
+its volume is bound to the node of the first pod that uses it, the scheduler puts every later
+pod that mounts it on that node (`spans_nodes` is False), and the test reads a file through a
+short-lived pod that mounts the claim and prints it (its log, through the API).
 """
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from dtj import IMAGE, pod_log, wait_for
+from dtj import IMAGE, pod_log, schedulable_nodes, wait_for
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from localkube.controlplane import Cluster
+from nodes import node_containers
 
 # What the reader pod prints for a file that is not there (a file's text is never this).
 MISSING = "<<shared_dir: no such file>>"
@@ -34,15 +38,49 @@ elif sys.argv[1] == "text":
 """
 
 
+# Where hack/kind.sh mounts the shared directory in every worker (SHARED_MOUNT there).
+KIND_MOUNT = "/shared"
+
+
+def kind_shared_dir(kube: client.ApiClient) -> Path | None:
+    """The directory of this host that every schedulable node of a kind cluster mounts at
+    KIND_MOUNT; None when the cluster is no kind cluster of this host or a node lacks it."""
+    containers = node_containers(kube)
+    sources = set()
+    for node in schedulable_nodes(kube):
+        container = containers.get(node.metadata.name)
+        if container is None:
+            return None
+        out = subprocess.run(
+            ["docker", "inspect", "-f", "{{json .Mounts}}", container],
+            capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+        mounts = json.loads(out or "[]") or []
+        sources |= {m.get("Source") for m in mounts if m.get("Destination") == KIND_MOUNT}
+        if not any(m.get("Destination") == KIND_MOUNT for m in mounts):
+            return None
+    return Path(next(iter(sources))) if len(sources) == 1 else None
+
+
 class SharedDir:
     def __init__(self, cluster: Any, kube: client.ApiClient, namespace: str, host_dir: Path):
         self.kube = kube
         self.namespace = namespace
-        self.local = isinstance(cluster, Cluster)
-        self.host_dir = host_dir
+        local = isinstance(cluster, Cluster)
         self.claim = f"shared-{secrets.token_hex(3)}"
-        if self.local:
+        # On kind: the pods' hostPath (under KIND_MOUNT on the node) and this host's path.
+        self.node_path: str | None = None
+        shared = None if local else kind_shared_dir(kube)
+        if shared is not None:
+            self.node_path = f"{KIND_MOUNT}/{namespace}-{self.claim}"
+            host_dir = shared / f"{namespace}-{self.claim}"
+        self.host_dir = host_dir
+        # Read from this host (its path is host_dir), or through a pod that mounts the claim.
+        self.on_host = local or shared is not None
+        if self.on_host:
             host_dir.mkdir(parents=True, exist_ok=True)
+            if shared is not None:
+                host_dir.chmod(0o777)  # for pods of any user, as a fresh volume would be
             return
         claim: Any = {
             "apiVersion": "v1",
@@ -55,22 +93,28 @@ class SharedDir:
         }
         client.CoreV1Api(kube).create_namespaced_persistent_volume_claim(namespace, claim)
 
+    @property
+    def spans_nodes(self) -> bool:
+        """Whether pods on different nodes share it (not a ReadWriteOnce claim's)."""
+        return self.on_host
+
     def volume(self) -> dict[str, Any]:
         """The pod volume's source (no name)."""
-        if self.local:
-            return {"hostPath": {"path": str(self.host_dir), "type": "DirectoryOrCreate"}}
+        if self.on_host:
+            path = self.node_path or str(self.host_dir)
+            return {"hostPath": {"path": path, "type": "DirectoryOrCreate"}}
         return {"persistentVolumeClaim": {"claimName": self.claim}}
 
     def read(self, relative: str) -> str | None:
         """The file's text, or None where it is not there."""
-        if self.local:
+        if self.on_host:
             path = self.host_dir / relative
             return path.read_text() if path.is_file() else None
         text = self._in_pod("text", relative)
         return None if text == MISSING else text
 
     def is_file(self, relative: str) -> bool:
-        if self.local:
+        if self.on_host:
             return (self.host_dir / relative).is_file()
         return self._in_pod("exists", relative) != MISSING
 

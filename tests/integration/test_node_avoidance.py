@@ -1,8 +1,8 @@
-"""Node-aware recovery on the real local cluster: a node stops answering, its pod is evicted
-(the not-ready/unreachable taint), and the job's next attempt keeps off that node.
+"""Node-aware recovery on a real cluster: a node stops answering, its pod is evicted (the
+not-ready/unreachable taint), and the job's next attempt keeps off that node.
 
-The node's heartbeats are paused (localkube's process node: `<node state>/<node>/pause-heartbeat`,
-cluster/localkube/node/nodes.py); the node controller marks it NotReady, taints it, and the
+The node is lost as tests/integration/nodes.py loses one: a process node's heartbeats paused,
+or a kind node's container frozen. The node controller marks it NotReady, taints it, and the
 taint evicts its pod. The operator records the node in status.avoidedNodes with the gang
 restart, the next attempt's pods carry a required node affinity keeping them off it, an event
 names the node, and `kubectl dtj status` lists it.
@@ -18,7 +18,8 @@ from dtj import IMAGE, SMALL, apply, dtj_status, get_job, job_pods, wait_for
 from kubernetes import client
 from nodes import FAST_EVICTION, node_lost, spread
 
-pytestmark = [pytest.mark.localkube, pytest.mark.usefixtures("operator")]
+# The node is lost by pausing a process node's heartbeats or freezing a kind node's container.
+pytestmark = [pytest.mark.host_nodes, pytest.mark.usefixtures("operator")]
 
 
 def kept_off(pod: Any) -> list[str]:

@@ -7,10 +7,11 @@ A rank that exits 1 fails the job at once; an exit code listed as retryable rest
 restart budget, counted in the job's status, survives an operator restart.
 
 A worker is killed from the host (hostprocs: its processes found in /proc by the pod's IP),
-so that test needs the cluster's nodes on this host, localkube's or kind's (mark
-`host_nodes`). A node is lost by pausing a process node's heartbeats (nodes.node_lost), on the
-local cluster only. The others run on any cluster, the checkpoint in a directory every pod
-shares (shared_dir: a hostPath here, a claim elsewhere).
+and a node is lost by pausing a process node's heartbeats or freezing a kind node's container
+(nodes.node_lost): those two tests need the cluster's nodes on this host, localkube's or
+kind's (mark `host_nodes`). The others run on any cluster, the checkpoint in a directory every
+pod shares (shared_dir: a hostPath of this host, on kind one every node mounts; a claim
+elsewhere).
 """
 
 from __future__ import annotations
@@ -262,11 +263,12 @@ def test_deleted_pod_gang_restarts_and_resumes_from_checkpoint(
     )
 
 
-@pytest.mark.localkube
+@pytest.mark.host_nodes
 def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     cluster: Any, kube: client.ApiClient, namespace: str, ckpt: SharedDir, reference_checksum: str
 ) -> None:
     name = "lost-node"
+    assert ckpt.spans_nodes, "the checkpoint directory must be shared across nodes"
     # The node goes NotReady 20-25 s after its heartbeats stop (the node monitor's grace
     # period), its pods are evicted 2 s later: what is left of training after the first
     # checkpoint (at least 7 x 8 x 0.75 s) lasts longer.
