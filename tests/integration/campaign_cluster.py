@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -18,9 +19,11 @@ from typing import Any
 import urllib3
 from campaign_scenarios import KUEUE, SKEWED_NODES, Scenario, needs_of
 from dtj import GROUP, PLURAL, VERSION
+from hostprocs import descendants_named
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube.testing import wait_for
+from nodes import node_containers
 
 MIN_UP_SECONDS = 45.0  # between two apiserver outages, campaign-wide
 
@@ -87,6 +90,61 @@ class Apiserver:
             wait_for("our API served", lambda: _serves(custom), 120, interval=0.5)
 
         self._do(act)
+
+
+class KindApiserver(Apiserver):
+    """The apiserver of a kind cluster of this host (tests/e2e/kind.sh): a static pod in the
+    control-plane node's container, whose processes this host sees. Stopped as localkube's
+    is (SIGSTOP, then SIGCONT); restarted by killing it while the node's kubelet is stopped,
+    which then starts it again `down_for` s later. The kubelet's back-off between restarts
+    of one container (10 s, doubling) makes this right for a few restarts, as the CI subset
+    makes, not for a whole campaign's hundreds."""
+
+    def __init__(self, kubeconfig: Path, container: str) -> None:
+        super().__init__(None)
+        self.kubeconfig = kubeconfig
+        self.container = container
+
+    def _node_process(self, name: str) -> int:
+        init = subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Pid}}", self.container],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        found = descendants_named(int(init), name)
+        if len(found) != 1:
+            raise RuntimeError(f"{self.container}: {len(found)} processes named {name}")
+        return found[0]
+
+    def pid(self) -> int:
+        return self._node_process("kube-apiserver")
+
+    def restart(self, down_for: float) -> None:
+        def act() -> None:
+            kubelet = self._node_process("kubelet")
+            os.kill(kubelet, signal.SIGSTOP)
+            try:
+                os.kill(self.pid(), signal.SIGKILL)
+                time.sleep(down_for)
+            finally:
+                os.kill(kubelet, signal.SIGCONT)
+            custom = client.CustomObjectsApi(resilient_client(self.kubeconfig))
+            wait_for("our API served", lambda: _serves(custom), 180, interval=0.5)
+
+        self._do(act)
+
+
+def kind_control_plane(kubeconfig: Path) -> str | None:
+    """The control-plane node's container of a kind cluster of this host, else None."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        containers = node_containers(api)
+        nodes: Any = client.CoreV1Api(api).list_node(
+            label_selector="node-role.kubernetes.io/control-plane"
+        )
+    finally:
+        api.close()
+    names = [containers.get(n.metadata.name) for n in nodes.items]
+    return names[0] if len(names) == 1 and names[0] else None
 
 
 def _serves(custom: client.CustomObjectsApi) -> bool:
@@ -199,9 +257,11 @@ def cluster_for(
     kubeconfig: Path | None, workdir: Path, scenarios: list[Scenario] | None = None
 ) -> Iterator[tuple[Path, Apiserver | None]]:
     """The cluster given (it must have what the scenarios need), or one of our own with
-    what they need (then also its apiserver: the campaign may stop or restart it)."""
+    what they need (then also its apiserver: the campaign may stop or restart it). A kind
+    cluster of this host given comes with its apiserver too (KindApiserver)."""
     if kubeconfig is not None:
-        yield kubeconfig, None
+        container = kind_control_plane(kubeconfig)
+        yield kubeconfig, KindApiserver(kubeconfig, container) if container else None
     else:
         with local_cluster(workdir, needs_of(scenarios or [])) as cluster:
             yield Path(cluster.kubeconfig), Apiserver(cluster)

@@ -95,3 +95,23 @@ def worker_pids(root: int) -> dict[int, int]:
         else:
             todo.extend(tree.get(pid, []))
     return found
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def descendants_named(root: int, name: str) -> list[int]:
+    """Host PIDs of the processes under `root` (its children, theirs, ...) called `name`."""
+    tree = _children()
+    found: list[int] = []
+    todo = list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if comm(pid) == name:
+            found.append(pid)
+        todo.extend(tree.get(pid, []))
+    return found

@@ -4,30 +4,42 @@ same runs without the plant report nothing.
 
 Each planted run is one short campaign run (no faults: the bug alone), judged exactly as
 the campaign judges every run (faultrun.Campaign.run, then judge against the fault-free
-reference). Like test_fault_injection.py, it starts a cluster of its own: the campaign's
-operators, one at a time and scoped to the run's namespace, must not share jobs with the
-suite's operator.
+reference). Like test_fault_injection.py, it starts a cluster of its own on the local
+cluster: the campaign's operators, one at a time and scoped to the run's namespace, must not
+share jobs with the suite's operator. On another cluster it runs on the session's, with the
+suite's operator stopped for the module (the plants need no apiserver fault).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from campaign_cluster import local_cluster
 from campaign_scenarios import BY_NAME
 from faultrun import Campaign
-
-pytestmark = pytest.mark.localkube
+from localkube.testing import use_external_cluster
 
 SCENARIOS = [BY_NAME["success"], BY_NAME["gang-restart"]]
 
 
 @pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    with local_cluster(tmp_path_factory.mktemp("campaign-cluster")) as cluster:
-        yield Path(cluster.kubeconfig)
+def kubeconfig(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    if use_external_cluster():
+        cluster: Any = request.getfixturevalue("cluster")
+        operator: Any = request.getfixturevalue("operator")
+        operator.kill()
+        try:
+            yield Path(cluster.kubeconfig)
+        finally:
+            operator.start()
+        return
+    with local_cluster(tmp_path_factory.mktemp("campaign-cluster")) as c:
+        yield Path(c.kubeconfig)
 
 
 @pytest.fixture(scope="module")
