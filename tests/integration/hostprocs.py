@@ -11,31 +11,34 @@ are its descendants that carry RANK (the topmost: a worker's own children inheri
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from torchrun_operator.render.pod import LAUNCHER_PATH
 
 
-def start_time(pid: int) -> int | None:
-    """Kernel start time of `pid` (telling a process from a later one with a reused PID)."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat's fields after the command name (which may hold spaces and ")")."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def start_time(pid: int) -> int | None:
+    """Kernel start time of `pid` (telling a process from a later one with a reused PID)."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+def _parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
 
 
 def _pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def _children() -> dict[int, list[int]]:
@@ -44,6 +47,22 @@ def _children() -> dict[int, list[int]]:
         ppid = _parent(pid)
         if ppid is not None:
             out.setdefault(ppid, []).append(pid)
+    return out
+
+
+def _descendants(root: int, found: Callable[[int], bool], below_found: bool) -> list[int]:
+    """The processes under `root` for which `found` holds; with `below_found` False, not
+    those under a process found."""
+    tree = _children()
+    out: list[int] = []
+    todo = list(tree.get(root, []))
+    while todo:
+        pid = todo.pop()
+        hit = found(pid)
+        if hit:
+            out.append(pid)
+        if below_found or not hit:
+            todo.extend(tree.get(pid, []))
     return out
 
 
@@ -70,31 +89,28 @@ def launcher_pid(pod: Any) -> int | None:
     ip = pod.status.pod_ip if pod.status else None
     if not ip:
         return None
-    found = [
-        pid
-        for pid in _pids()
-        if LAUNCHER_PATH in _argv(pid)
-        and _environ(pid).get("PET_LOCAL_ADDR") == ip
-        and "RANK" not in _environ(pid)
-    ]
+
+    def ours(pid: int) -> bool:
+        if LAUNCHER_PATH not in _argv(pid):
+            return False
+        env = _environ(pid)
+        return env.get("PET_LOCAL_ADDR") == ip and "RANK" not in env
+
+    found = [pid for pid in _pids() if ours(pid)]
     # A worker runs no launcher file, but a wrapper that execs one might show it for a moment.
     top = [p for p in found if _parent(p) not in found]
     return top[0] if len(top) == 1 else None
 
 
 def worker_pids(root: int) -> dict[int, int]:
-    """Global rank -> host PID of the torchrun workers under launcher `root`."""
-    tree = _children()
-    found: dict[int, int] = {}
-    todo = list(tree.get(root, []))
-    while todo:
-        pid = todo.pop()
+    """Global rank -> host PID of the torchrun workers under launcher `root` (the topmost
+    processes that carry RANK: a worker's own children inherit it)."""
+
+    def worker(pid: int) -> bool:
         env = _environ(pid)
-        if "RANK" in env and "LOCAL_RANK" in env:
-            found[int(env["RANK"])] = pid
-        else:
-            todo.extend(tree.get(pid, []))
-    return found
+        return "RANK" in env and "LOCAL_RANK" in env
+
+    return {int(_environ(p)["RANK"]): p for p in _descendants(root, worker, below_found=False)}
 
 
 def comm(pid: int) -> str:
@@ -106,12 +122,4 @@ def comm(pid: int) -> str:
 
 def descendants_named(root: int, name: str) -> list[int]:
     """Host PIDs of the processes under `root` (its children, theirs, ...) called `name`."""
-    tree = _children()
-    found: list[int] = []
-    todo = list(tree.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if comm(pid) == name:
-            found.append(pid)
-        todo.extend(tree.get(pid, []))
-    return found
+    return _descendants(root, lambda pid: comm(pid) == name, below_found=True)

@@ -14,7 +14,6 @@ nothing of it reaches the apiserver again. The pods tolerate the taint only brie
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import threading
@@ -103,6 +102,18 @@ def _docker(*args: str) -> None:
 
 
 @contextmanager
+def _paused(node_state: Path, node: str, dead: bool) -> Iterator[None]:
+    """localkube: the process node's heartbeats paused (or, `dead`, its kubelet gone) for
+    the block."""
+    marker = node_state / node / ("dead" if dead else "pause-heartbeat")
+    marker.touch()
+    try:
+        yield
+    finally:
+        marker.unlink()
+
+
+@contextmanager
 def _frozen(kube: client.ApiClient, node: str, dead: bool) -> Iterator[None]:
     """kind: the node's container frozen for the block, or (not `dead`) until its pods that
     tolerate its loss briefly are marked for deletion."""
@@ -146,19 +157,11 @@ def node_lost(
     so a pod deleted there stays Terminating until someone forces it."""
     core = client.CoreV1Api(kube)
     layout = getattr(cluster, "layout", None)
-    if layout is not None:
-        pause = Path(layout.node_state) / node / ("dead" if dead else "pause-heartbeat")
-        pause.touch()
-        lost: Any = contextlib.nullcontext()
-    else:
-        pause = None
-        lost = _frozen(kube, node, dead)
+    lost = _paused(Path(layout.node_state), node, dead) if layout else _frozen(kube, node, dead)
     try:
         with lost:
             yield
     finally:
-        if pause is not None:
-            pause.unlink()
 
         def healthy() -> bool:
             n: Any = core.read_node(node)

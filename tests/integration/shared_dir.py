@@ -46,7 +46,7 @@ def kind_shared_dir(kube: client.ApiClient) -> Path | None:
     """The directory of this host that every schedulable node of a kind cluster mounts at
     KIND_MOUNT; None when the cluster is no kind cluster of this host or a node lacks it."""
     containers = node_containers(kube)
-    sources = set()
+    sources: set[str] = set()
     for node in schedulable_nodes(kube):
         container = containers.get(node.metadata.name)
         if container is None:
@@ -56,10 +56,11 @@ def kind_shared_dir(kube: client.ApiClient) -> Path | None:
             capture_output=True, text=True, check=False,
         ).stdout  # fmt: skip
         mounts = json.loads(out or "[]") or []
-        sources |= {m.get("Source") for m in mounts if m.get("Destination") == KIND_MOUNT}
-        if not any(m.get("Destination") == KIND_MOUNT for m in mounts):
+        source = next((m.get("Source") for m in mounts if m.get("Destination") == KIND_MOUNT), None)
+        if source is None:
             return None
-    return Path(next(iter(sources))) if len(sources) == 1 else None
+        sources.add(source)
+    return Path(sources.pop()) if len(sources) == 1 else None
 
 
 class SharedDir:
