@@ -58,8 +58,8 @@ fmt: venv ## ruff check --fix, then ruff format
 	.venv/bin/python -m ruff check --fix .
 	.venv/bin/python -m ruff format .
 
-crds: venv ## regenerate the CRD, the chart's copy and deploy/install.yaml
-	PYTHONPATH=operator .venv/bin/python -m torchrun_operator.api.crd > crds/torchrun.dev_distributedtrainingjobs.yaml
+crds: venv ## regenerate the CRDs, the chart's copy and deploy/install.yaml
+	PYTHONPATH=operator .venv/bin/python -m torchrun_operator.api.crd --write crds
 	hack/sync-chart-crds.sh
 	hack/gen-install-manifest.sh
 

@@ -311,7 +311,7 @@ def localize_pod(
     # Cluster DNS: <job>-0.<job> resolves to pod 0, here 127.0.0.1 on a free port.
     i = argv.index("--rdzv-endpoint")
     host = argv[i + 1].rsplit(":", 1)[0]
-    if host != names.rendezvous_host(JOB_NAME):
+    if host != names.rendezvous_host(JOB_NAME, 0):
         raise ValueError(f"unexpected rendezvous host {host!r} in rendered pod")
     argv[i + 1] = f"127.0.0.1:{port}"
 

@@ -376,6 +376,7 @@ def test_dns_timeout(tmp_path: Path, worker: list[str]) -> None:
         "n0",
         worker,
         port=29400,
+        is_host=False,
         endpoint="dtj-missing-0.dtj-missing:29400",
         env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"},
         prefix=["unshare", "--net"],
@@ -388,6 +389,27 @@ def test_dns_timeout(tmp_path: Path, worker: list[str]) -> None:
     assert elapsed < 6, elapsed
     assert "[launcher] waiting for rendezvous host" in node.output() or elapsed < 5.5
     assert not (node.state_dir / "ready").exists()
+
+
+def test_the_store_host_trains_without_resolving_its_own_name(
+    tmp_path: Path, worker: list[str]
+) -> None:
+    # Pod 0 reaches the store it hosts over loopback: a name the cluster DNS cannot answer
+    # (yet, or for minutes after an apiserver restart) must not hold it back.
+    if not _netns_available():
+        pytest.skip("needs `unshare --net` (root or user namespaces) to fail DNS offline")
+    node = start(
+        tmp_path,
+        "n0",
+        worker,
+        port=29400,
+        endpoint="dtj-missing-0.dtj-missing:29400",
+        env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"},
+        prefix=["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"],
+    )
+    assert node.wait(timeout=120) == 0, node.output()
+    assert node.summary()["state"] == "Succeeded"
+    assert "waiting for rendezvous host" not in node.output()
 
 
 def test_rendezvous_never_completes(tmp_path: Path, worker: list[str], runtime: Runtime) -> None:

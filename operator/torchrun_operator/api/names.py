@@ -26,7 +26,7 @@ def runtime_plural(kind: str) -> str:
 
 
 LABEL_JOB_NAME = f"{GROUP}/job-name"
-# The pod's index (0..nodes-1, its hostname <job>-<index>), which is not torchrun's node rank.
+# The pod's index (0..nodes-1, its name <job>-<index> in attempt 0), not torchrun's node rank.
 LABEL_INDEX = f"{GROUP}/index"
 # Deprecated: the pod's index under its old, misleading name, still set on every pod (and read
 # from pods of earlier operator versions) so that selectors written against it keep working.
@@ -56,27 +56,31 @@ def launcher_configmap_name(job_name: str, digest: str) -> str:
     return job_name[: MAX_OBJECT_NAME_LENGTH - len(suffix)] + suffix
 
 
-def hostname(job_name: str, node_index: int) -> str:
-    """Stable per index across attempts, so `<job>-<i>.<job>` always names the pod of index i
-    (not torchrun's node rank i: c10d assigns those)."""
-    return f"{job_name}-{node_index}"
+def hostname(job_name: str, node_index: int, attempt: int) -> str:
+    """The hostname of index `node_index`'s pod in gang attempt `attempt`: its pod name without
+    an elastic replacement's suffix, so `<job>-0.<job>` in attempt 0 and `<job>-0-a1.<job>`
+    in attempt 1. A new attempt never reuses a name an earlier one published: a cluster DNS
+    that lags can only fail to answer the new name, never answer it with the address an
+    earlier attempt's pod had (which the process node, and many CNIs, hand out again). A
+    replacement within an attempt keeps its index's hostname (one rendezvous per attempt)."""
+    return pod_name(job_name, node_index, attempt)
 
 
-def rendezvous_host(job_name: str) -> str:
+def rendezvous_host(job_name: str, attempt: int) -> str:
     """Pod 0 hosts the c10d store; the short form relies on the namespace search domain."""
-    return f"{hostname(job_name, 0)}.{service_name(job_name)}"
+    return f"{hostname(job_name, 0, attempt)}.{service_name(job_name)}"
 
 
 def pod_name(job_name: str, node_index: int, attempt: int, replacement: int = 0) -> str:
     """Pod name for index `node_index` of gang attempt `attempt`.
 
-    Attempt 0 uses the hostname itself (`<job>-<i>`), the common case reads naturally. Later
-    attempts and elastic replacements get a suffix (`-a<attempt>`, `r<k>`) so a new pod never
-    collides with a terminating pod of an earlier attempt, whose deletion may take the whole
-    grace period. If the suffix pushes the name past 63 characters, the job-name part is
-    shortened and a hash of the full job name keeps names of different jobs apart.
+    Attempt 0 is `<job>-<i>`, the common case reads naturally. Later attempts and elastic
+    replacements get a suffix (`-a<attempt>`, `r<k>`) so a new pod never collides with a
+    terminating pod of an earlier attempt, whose deletion may take the whole grace period. If
+    the suffix pushes the name past 63 characters, the job-name part is shortened and a hash
+    of the full job name keeps names of different jobs apart.
     """
-    base = hostname(job_name, node_index)
+    base = f"{job_name}-{node_index}"
     if attempt == 0 and replacement == 0:
         return base
     suffix = f"-a{attempt}" + (f"r{replacement}" if replacement else "")

@@ -65,8 +65,9 @@ class Rendezvous(_Wire):
     join_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 600
     """How long a pod waits for the others to join (torchrun's join_timeout)."""
     dns_timeout_seconds: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_SECONDS)] = 300
-    """How long a pod waits for pod 0's host name to resolve before starting torchrun, and
-    (pods other than 0) for the rendezvous store to answer at an address the name gives."""
+    """How long a pod other than pod 0 waits, before starting torchrun, for pod 0's host name
+    to resolve and for the rendezvous store to answer at an address the name gives (pod 0
+    reaches the store it hosts over loopback)."""
 
     @model_validator(mode="after")
     def _check_port(self) -> Rendezvous:

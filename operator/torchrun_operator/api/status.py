@@ -55,8 +55,9 @@ class RankStatus(_Wire):
     status small."""
 
     index: int
-    """The pod's index in the job, 0..nodes-1: its hostname is <job>-<index> and its label
-    torchrun.dev/index. Fixed when the pod is created; not torchrun's node rank."""
+    """The pod's index in the job, 0..nodes-1: its pod is <job>-<index> (-a<attempt> after
+    attempt 0) with label torchrun.dev/index. Fixed when the pod is created; not torchrun's
+    node rank."""
     pod: str | None = None
     """The pod's name."""
     node: str | None = None

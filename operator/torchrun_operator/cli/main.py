@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument(
         "--node-rank", type=int, help="torchrun's node rank (GROUP_RANK of the workers)"
     )
-    which.add_argument("--index", type=int, help="the pod's index (its hostname <job>-<index>)")
+    which.add_argument(
+        "--index", type=int, help="the pod's index (its name <job>-<index>[-a<attempt>])"
+    )
     p.add_argument("-f", "--follow", action="store_true")
     p.add_argument(
         "-p", "--previous", action="store_true", help="logs of the previous container instance"

@@ -52,7 +52,7 @@ from .contract import (
 )
 from .logline import log
 from .progress import DEFAULT_PROGRESS_WINDOW
-from .rdzvstore import wait_for_dns
+from .rdzvstore import conf_hosts_store, wait_for_dns
 from .report import build_summary
 from .shim import worker_main
 from .state import reset_state_dir, state_dir
@@ -71,8 +71,8 @@ program of every worker, and writes a JSON summary to the termination-message fi
 environment:
   {ENV_STATE_DIR}: state dir, holds 'ready' and 'rank-<local rank>.json'
       (default {STATE_DIR})
-  {ENV_DNS_TIMEOUT}: seconds to wait for the rendezvous host to resolve, and (not on the
-      store's host) for the store to answer at an address it resolves to
+  {ENV_DNS_TIMEOUT}: seconds a pod that does not host the store waits for the rendezvous
+      host to resolve, and for the store to answer at an address it resolves to
       (default {DEFAULT_DNS_TIMEOUT:g})
   {ENV_TERMINATION_LOG}: where the JSON summary goes (default {TERMINATION_LOG})
   {ENV_PROGRESS_FILE}: optional file a training script writes its step number to
@@ -125,6 +125,9 @@ def launcher_main(argv: list[str]) -> int:
             log("cannot remove old progress file", path=progress_file, error=e)
     try:
         host = endpoint_host(flags, os.environ)
+        conf = flag_value(flags, ("--rdzv-conf", "--rdzv_conf")) or os.environ.get("PET_RDZV_CONF")
+        if conf_hosts_store(conf):
+            host = None  # it reaches its own store over loopback (rdzvstore), never by name
         timeout = _dns_timeout()
         started = time.monotonic()
         if host and not wait_for_dns(host, timeout):

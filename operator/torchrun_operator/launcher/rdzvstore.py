@@ -1,15 +1,15 @@
 """The rendezvous host: its name resolved, and its store reached where it really is.
 
-Before torchrun starts, every pod waits (bounded) until the rendezvous host's name resolves:
-pod 0's address is published only once it has one (the headless Service publishes not-ready
-addresses), and a pod that starts first would otherwise fail at once.
+Before torchrun starts, every pod but the store's host waits (bounded) until the rendezvous
+host's name resolves: pod 0's address is published only once it has one (the headless Service
+publishes not-ready addresses), and a pod that starts first would otherwise fail at once.
 
-Attempts reuse hostnames: pod 0 of every attempt is ``<job>-0``. A cluster DNS that lags (an
-EndpointSlice not yet updated, a cached answer) can answer that name with the address of an
-earlier attempt's pod 0, and did so for over two minutes on the local cluster after a Kueue
-re-admission during apiserver restarts. torch's store client connects to whatever the name
-gives, retries for its 60 s connect timeout, and the pod fails with a communication error: a
-gang restart, or a failed job when the budget is spent, caused by a stale record. So:
+Each attempt has its own hostnames (``<job>-0``, then ``<job>-0-a1``, ...), so no record of an
+earlier attempt can answer the name. Even so a name can resolve to an address no store
+listens on yet, or any more: a cluster DNS that lags (an EndpointSlice not yet updated, a
+cached answer), a pod of the attempt replaced within it. torch's store client connects to
+whatever the name gives, retries for its 60 s connect timeout, and the pod fails with a
+communication error: a gang restart, or a failed job when the budget is spent. So:
 
 - the pod that hosts the store (``is_host`` in the rendezvous conf) reaches its own store over
   loopback, never through the name;
@@ -62,6 +62,13 @@ def split_endpoint(endpoint: str) -> tuple[str, int]:
 def hosts_store(rdzv_configs: Mapping[str, Any]) -> bool:
     """Whether this node hosts the store: the operator renders ``is_host=1`` on pod 0."""
     return str(rdzv_configs.get("is_host", "")).strip().lower() in ("1", "true", "yes", "y")
+
+
+def conf_hosts_store(conf: str | None) -> bool:
+    """`hosts_store` for an unparsed ``--rdzv-conf`` value (``k=v,k=v``), before torch is
+    imported."""
+    pairs = (item.split("=", 1) for item in (conf or "").split(",") if "=" in item)
+    return hosts_store({k.strip(): v for k, v in pairs})
 
 
 def loopback_endpoint(endpoint: str) -> str:

@@ -79,7 +79,7 @@ def torchrun_args(job: dict[str, Any], node_index: int, attempt: int) -> list[st
         "--rdzv-backend",
         "c10d",
         "--rdzv-endpoint",
-        f"{names.rendezvous_host(meta['name'])}:{port}",
+        f"{names.rendezvous_host(meta['name'], attempt)}:{port}",
         "--rdzv-id",
         names.rdzv_id(meta["uid"], attempt),
         "--rdzv-conf",
@@ -245,12 +245,12 @@ def render_pod(
     for c in [*containers, *pod_spec.get("initContainers", [])]:
         _quantities_as_strings(c)
     pod_spec["volumes"] = _volumes(job, spec, pod_spec)
-    pod_spec["hostname"] = names.hostname(job_name, node_index)
+    pod_spec["hostname"] = names.hostname(job_name, node_index, attempt)
     pod_spec["subdomain"] = names.service_name(job_name)
     # The operator owns restarts (gang semantics); the kubelet must not restart in place.
     pod_spec["restartPolicy"] = "Never"
     if host_network(job):
-        # The pods still resolve each other (<job>-0.<job>) through the cluster's DNS.
+        # The pods still resolve the rendezvous host through the cluster's DNS.
         pod_spec.setdefault("dnsPolicy", "ClusterFirstWithHostNet")
     # Training code (the user's image, whatever its packages pull in) has no use for an API
     # token: neither torchrun nor the launcher talks to the API. Without this, the kubelet

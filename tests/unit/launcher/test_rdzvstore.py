@@ -144,3 +144,19 @@ def test_an_address_that_drops_packets_costs_one_connect_timeout() -> None:
         "h:1", 0.3, resolve=lambda h, p: [("10.0.0.9", 1)], connect=connect, interval=0.05
     )
     assert tries and set(tries) == {rdzvstore.CONNECT_TIMEOUT}
+
+
+@pytest.mark.parametrize(
+    ("conf", "hosts"),
+    [
+        ("is_host=1,join_timeout=600", True),
+        ("join_timeout=600, is_host = true", True),
+        ("is_host=0,join_timeout=600", False),
+        ("join_timeout=600", False),
+        ("", False),
+        (None, False),
+        ("is_host", False),
+    ],
+)
+def test_whether_an_unparsed_rdzv_conf_hosts_the_store(conf: str | None, hosts: bool) -> None:
+    assert rdzvstore.conf_hosts_store(conf) is hosts

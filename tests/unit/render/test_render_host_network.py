@@ -51,7 +51,8 @@ def test_a_host_network_pod_uses_its_jobs_ports_and_cluster_dns() -> None:
         pod = render_pod(job, 1, attempt)
         t = trainer(pod)
         args = t["args"]
-        assert args[args.index("--rdzv-endpoint") + 1] == f"train-0.train:{rdzv}"
+        host = "train-0" if attempt == 0 else f"train-0-a{attempt}"
+        assert args[args.index("--rdzv-endpoint") + 1] == f"{host}.train:{rdzv}"
         assert {p["containerPort"] for p in t["ports"]} == {rdzv, status}
         env = {e["name"]: e.get("value") for e in t["env"]}
         assert env[contract.ENV_STATUS_PORT] == str(status)

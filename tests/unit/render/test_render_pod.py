@@ -55,7 +55,7 @@ def test_pod_runs_launcher_with_torchrun_flags_then_user_program() -> None:
     assert flag(args, "--nnodes") == "2"
     assert flag(args, "--nproc-per-node") == "4"
     assert flag(args, "--rdzv-backend") == "c10d"
-    assert flag(args, "--rdzv-endpoint") == "train-0.train:29400"
+    assert flag(args, "--rdzv-endpoint") == "train-0-a2.train:29400"  # attempt 2's pod 0
     assert flag(args, "--rdzv-id") == "u-1-2"
     assert flag(args, "--rdzv-conf") == "is_host=0,join_timeout=600"
     assert flag(args, "--max-restarts") == "0"
@@ -86,11 +86,23 @@ def test_pod_identity_dns_and_labels() -> None:
     assert owner["kind"] == "DistributedTrainingJob"
 
 
-def test_later_attempts_keep_hostname_but_change_pod_name() -> None:
+def test_each_attempt_has_its_own_hostnames_and_a_replacement_keeps_its_attempts() -> None:
+    # A lagging cluster DNS answered a reused <job>-0.<job> with the address attempt 0's pod 0
+    # had, which a pod of attempt 1 then held: a new attempt must never reuse a name.
     job = make_job()
     a0, a1, r = render_pod(job, 1, 0), render_pod(job, 1, 1), render_pod(job, 1, 1, 2)
-    assert {a0["spec"]["hostname"], a1["spec"]["hostname"], r["spec"]["hostname"]} == {"train-1"}
+    assert a0["spec"]["hostname"] == "train-1"
+    assert a1["spec"]["hostname"] == r["spec"]["hostname"] == "train-1-a1"
     assert len({a0["metadata"]["name"], a1["metadata"]["name"], r["metadata"]["name"]}) == 3
+    endpoints = {flag(trainer(render_pod(job, i, 2))["args"], "--rdzv-endpoint") for i in (0, 1)}
+    assert endpoints == {"train-0-a2.train:29400"}
+    assert render_pod(job, 0, 2)["spec"]["hostname"] == "train-0-a2"
+
+
+def test_a_long_job_names_hostnames_stay_dns_labels_in_every_attempt() -> None:
+    job = make_job(name="j" * 61)
+    hosts = {render_pod(job, 7, a)["spec"]["hostname"] for a in (0, 1, 12345)}
+    assert len(hosts) == 3 and all(DNS1123_LABEL.match(h) for h in hosts)
 
 
 def test_env_volumes_probe_and_termination_message() -> None:
