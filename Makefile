@@ -27,10 +27,10 @@ torch-root: ## the Debian root with Debian's torch 2.6 the launcher's tests also
 
 # The suite mostly waits on clusters, so it runs in TEST_WORKERS pytest-xdist workers, each
 # with a cluster of its own, a module's tests on one worker (--dist loadscope: its module
-# fixtures start once), handed out in the order tests/integration/conftest.py sorts them
+# fixtures start once), handed out in the order tests/conftest.py sorts them
 # (longest first; xdist's own reorder puts modules with many tests first). The Docker tests
 # then run alone: with a Docker engine running, process-node pods beside it have been seen
-# to fail (tests/integration/conftest.py).
+# to fail (tests/conftest.py).
 TEST_WORKERS ?= 3
 PYTEST = LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra
 XDIST = -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
@@ -42,7 +42,7 @@ test: sysdeps build-all venv torch-root lint ## everything CI runs: build, lint,
 
 e2e: sysdeps build-all venv ## real containers only: images on Docker, pods on a real kubelet (docs/install.md)
 	LOCALKUBE_BIN=$(TEST_BIN) .venv/bin/python -m pytest -ra tests/integration/test_images_docker.py \
-	  tests/integration/test_real_node.py
+	  tests/localkube/test_real_node.py tests/localkube/test_docker_bridge.py
 
 unit: venv ## the unit tests only
 	.venv/bin/python -m pytest -ra tests/unit

@@ -4,7 +4,7 @@
 #   export PYTHONPATH=$PWD/operator:$PWD/cluster
 #   export KUBECONFIG=$(.venv/bin/python -m localkube kubeconfig); kubectl get dtj
 # and `make down` stops everything. LOCALKUBE_DIR, LOCALKUBE_NAME and LOCALKUBE_BASE choose
-# another folder, bridge name and pod network (tests/integration/test_demo.py runs it so).
+# another folder, bridge name and pod network (tests/localkube/test_demo.py runs it so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hack/sysdeps/install.sh --group demo

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a Docker engine answers on this machine, for `make images` and
-# tests/integration/test_images.py. Idempotent: with an engine that answers, it does nothing.
+# the Docker tests (tests/integration/test_images_docker.py, tests/localkube). Idempotent: with an engine that answers, it does nothing.
 #
 #   hack/docker.sh
 #

@@ -1,6 +1,6 @@
-"""What the tests on a Docker engine share (test_images_docker, test_real_node): the engine
-fixture, the images `make` builds, and the pod pair both use to check that pods on
-different nodes reach each other."""
+"""What the tests on a Docker engine share (test_images_docker; tests/localkube's
+test_real_node and test_docker_bridge): the engine fixture, the images `make` builds, and
+the pod pair two of them use to check that pods on different nodes reach each other."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Losing a node, shared by the tests of what the operator does then (test_restarts,
-test_node_avoidance, test_process_node).
+test_node_avoidance, tests/localkube/test_process_node).
 
 On the local cluster a node is lost by pausing its heartbeats (localkube's process node:
 `<node state>/<node>/pause-heartbeat`, cluster/localkube/node/nodes.py): the node controller

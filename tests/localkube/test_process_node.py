@@ -21,7 +21,7 @@ from nodes import FAST_EVICTION, node_lost
 # The typed client wants model objects; these tests pass plain dicts, which it accepts.
 Core = Any
 
-pytestmark = [pytest.mark.localkube, pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 
 def pod(

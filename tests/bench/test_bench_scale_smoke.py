@@ -21,8 +21,6 @@ sys.path.insert(0, str(REPO))
 from bench.scale import limits, report  # noqa: E402
 from bench.scale.workloads import DIRECT, KUBEFLOW, OPERATORS, OURS, SMOKE, TRAINER  # noqa: E402
 
-pytestmark = pytest.mark.localkube
-
 
 # A guard against a hang, not a speed test: 270 s alone, 373 s beside two other xdist workers.
 @pytest.mark.timeout(900)

@@ -13,8 +13,6 @@ import pytest
 from dtj import REPO
 from localkube.testing import pick_base, unique_cluster_name
 
-pytestmark = pytest.mark.localkube
-
 # What a warm `make demo` prints (a cold one adds the build's 10 lines, test_build_output.py,
 # and one each for the Debian packages and the venv): the README promises under 40 cold.
 WARM_LINES = 27

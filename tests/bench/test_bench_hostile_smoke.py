@@ -13,14 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from bench import hostile_pods  # noqa: E402
-
-pytestmark = pytest.mark.localkube
 
 
 def test_bench_hostile_smoke(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ from localkube.controlplane import Cluster, find_bin_dir
 from localkube.realnode import NODE_KIND_LABEL, REAL, RealNodeSpec
 from localkube.testing import create_namespace, started_cluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.localkube]
+pytestmark = pytest.mark.slow
 
 TORCH_VERSION = next(
     line.split("==", 1)[1].strip()

@@ -14,7 +14,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube import network, procs
@@ -103,7 +102,6 @@ def _bind_view(kube: client.ApiClient, namespace: str, subject: client.RbacV1Sub
     )
 
 
-@pytest.mark.localkube
 def test_rbac_denies_a_new_user_until_bound(
     cluster: Cluster, kube: client.ApiClient, namespace: str
 ) -> None:
@@ -115,7 +113,6 @@ def test_rbac_denies_a_new_user_until_bound(
     assert not _can_list_pods(kubeconfig, "default")
 
 
-@pytest.mark.localkube
 def test_rbac_group_from_client_certificate(
     cluster: Cluster, kube: client.ApiClient, namespace: str
 ) -> None:
@@ -222,7 +219,6 @@ def test_endpointslices_for_headless_service(kube: client.ApiClient, namespace: 
     core.delete_namespaced_pod("job-0", namespace, grace_period_seconds=0)
 
 
-@pytest.mark.localkube
 def test_coredns_answers_cluster_names(
     cluster: Cluster, kube: client.ApiClient, namespace: str
 ) -> None:
@@ -262,7 +258,6 @@ def _netns_pids(ns: str) -> list[int]:
     return [int(p) for p in out.stdout.split()]
 
 
-@pytest.mark.localkube
 def test_down_leaves_nothing_behind(cluster: Cluster) -> None:
     """A second, short-lived cluster next to the session's: up, run a pod if there is a node,
     down; then nothing of it may remain."""
