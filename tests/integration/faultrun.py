@@ -69,6 +69,11 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+# Runs the harness could not finish fail the campaign already; past this many (and a tenth of
+# the runs) the harness itself is broken and no new run is started. Without it, a campaign
+# that still wants faults drew runs that could never fire one until something killed it (on
+# kind, 2026-11-28: a dozen runs in 14 minutes, then the test's timeout, leaving their jobs).
+HARNESS_ERRORS_MAX = 3
 # As pytest's rootdir conftest does: the shared test helpers (tests/jobs.py) and our packages.
 sys.path[:0] = [str(HERE), str(HERE.parent), str(REPO / "operator"), str(REPO / "cluster")]
 
@@ -240,6 +245,10 @@ class Campaign(Runner):
                             self.tally[s.name].harness.append(f"{type(e).__name__}: {e}"[:300])
                         print(f"{s.name}: HARNESS ERROR (not judged): {e!r}"[:400], flush=True)
                         runs += 1  # started: an always-failing harness must still end
+                        errors = sum(len(t.harness) for t in self.tally.values())
+                        if not stopped and errors >= max(HARNESS_ERRORS_MAX, runs // 10):
+                            print(f"{errors} runs the harness could not finish: stopping")
+                            stopped = True
                         continue
                     total += sum(got.fired.values())
                     runs += 1

@@ -23,9 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 from localkube.testing import use_external_cluster
 
 HERE = Path(__file__).resolve().parent
+CAMPAIGN_NAMESPACE_PREFIX = "faults-"  # campaign_run.Runner.namespace
+# The campaign starts no run after this; the timeouts below are only backstops.
+CAMPAIGN_MINUTES = 10
 
 # The nodes' processes must be here: on kind the campaign stops the apiserver's.
 pytestmark = pytest.mark.host_nodes
@@ -39,11 +43,18 @@ def campaign_cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         yield []
         return
     cluster: Any = request.getfixturevalue("cluster")
+    kube: Any = request.getfixturevalue("kube")
     operator: Any = request.getfixturevalue("operator")
     operator.kill()
     try:
         yield ["--kubeconfig", str(cluster.kubeconfig)]
     finally:
+        # A campaign that was killed leaves its runs' namespaces (faults-<n>-<hex>), with jobs
+        # the suite's operator would otherwise go on running beside the later tests.
+        core = client.CoreV1Api(kube)
+        for ns in core.list_namespace().items:
+            if ns.metadata.name.startswith(CAMPAIGN_NAMESPACE_PREFIX):
+                core.delete_namespace(ns.metadata.name)
         operator.start()
 
 
@@ -62,7 +73,7 @@ def test_seeded_fault_campaign_keeps_every_invariant(
         [sys.executable, str(HERE / "faultrun.py"), "--faults", "8", "--runs", "2",
          "--parallel", "2", "--per-run", "6", "--seed", "21",
          "--scenarios", "success,gang-restart", "--kinds", ",".join(KINDS),
-         "--json", str(out), *campaign_cluster],
+         "--minutes", str(CAMPAIGN_MINUTES), "--json", str(out), *campaign_cluster],
         env=dict(os.environ), capture_output=True, text=True, timeout=840,
     )  # fmt: skip
     tail = f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"

@@ -103,6 +103,27 @@ def test_a_run_the_harness_cannot_finish_is_counted_and_the_campaign_goes_on() -
     assert "runs the harness could not finish | 2 | 0 | 2 |" in c.table()
 
 
+def test_a_harness_that_cannot_finish_a_run_ends_a_campaign_that_still_wants_faults() -> None:
+    c = campaign(4, apiserver=False)
+    c.scenarios = SCENARIOS[:2]
+    c.tally = {s.name: Tally() for s in c.scenarios}
+    c.reference = {}
+    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    started: list[str] = []
+
+    def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
+        if reference:
+            return Run({}, Counter(), Counter(), 0, [], 1.0)
+        started.append(scenario.name)
+        raise RuntimeError("the harness cannot reach the cluster")
+
+    c.run = run
+    assert not c.campaign(faults_wanted=8, per_run=1, parallel=2)
+    harness = sum(len(t.harness) for t in c.tally.values())
+    # Stopped at the limit; the runs already in flight then finished.
+    assert faultrun.HARNESS_ERRORS_MAX <= harness == len(started) <= faultrun.HARNESS_ERRORS_MAX + 1
+
+
 def stubbed(seed: int) -> tuple[Any, list[tuple[str, Any]]]:
     """A campaign whose runs only record their scenario and schedule; each fires one 500."""
     c = campaign(seed, apiserver=False)
