@@ -4,6 +4,7 @@ outage at a time, campaign-wide), and the campaign's own client, which outlasts 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
@@ -132,6 +133,24 @@ class KindApiserver(Apiserver):
 
         self._do(act)
 
+    def recover(self, timeout: float = 360) -> None:
+        """After a campaign that may have been killed mid-fault: the node's kubelet and
+        apiserver go on (SIGCONT; harmless when running), and the API serves again. A
+        restarted apiserver can sit in the kubelet's crash back-off for up to 5 minutes."""
+        for name in ("kubelet", "kube-apiserver"):
+            # RuntimeError: not running now (the kubelet starts it again)
+            with contextlib.suppress(RuntimeError):
+                os.kill(self._node_process(name), signal.SIGCONT)
+        custom = client.CustomObjectsApi(resilient_client(self.kubeconfig))
+        wait_for("our API served", lambda: _serves_now(custom), timeout, interval=1)
+
+
+def _serves_now(custom: client.CustomObjectsApi) -> bool:
+    try:
+        return _serves(custom)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError):
+        return False
+
 
 def kind_control_plane(kubeconfig: Path) -> str | None:
     """The control-plane node's container of a kind cluster of this host, else None."""
@@ -157,16 +176,23 @@ def _serves(custom: client.CustomObjectsApi) -> bool:
     return True
 
 
+# What a restarting apiserver answers before it serves: 503 while it installs its paths, 403
+# (to the admin too) until its RBAC caches have synced. Nothing was written either way.
+RESTARTING_STATUSES = frozenset({403, 503})
+
+
 def resilient_client(kubeconfig: Path) -> client.ApiClient:
     """The campaign's own client: a request the apiserver refused because it was down (a
-    restart fault of any run) is tried again for about a minute, and so are a read whose
-    connection broke and one answered 503 (a restarted apiserver installing its paths);
-    other writes are not (they may have landed: see create_retrying)."""
+    restart fault of any run) is tried again for about a minute, and so are a TLS handshake
+    it broke off while starting, a read whose connection broke, and a read or an idempotent
+    write answered 503 (a restarted apiserver installing its paths) or 403 (kind's, before
+    its RBAC caches have synced, refuses even the admin); other writes are not (they may
+    have landed: see create_retrying)."""
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.retries = urllib3.Retry(
-        total=None, connect=40, read=3, status=30, other=0, backoff_factor=0.5, backoff_max=2,
-        status_forcelist={503}, raise_on_status=False,
+        total=None, connect=40, read=3, status=30, other=40, backoff_factor=0.5,
+        backoff_max=2, status_forcelist=RESTARTING_STATUSES, raise_on_status=False,
     )  # fmt: skip
     return client.ApiClient(cfg)
 

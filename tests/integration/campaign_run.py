@@ -20,7 +20,7 @@ from typing import Any, cast
 import campaign_evidence as evidence
 import campaign_invariants as inv
 import urllib3
-from campaign_cluster import Apiserver, Pauser, resilient_client
+from campaign_cluster import RESTARTING_STATUSES, Apiserver, Pauser, resilient_client
 from campaign_faults import LEASE
 from campaign_monitor import PodMonitor
 from campaign_operator import Operator, stopping
@@ -323,8 +323,9 @@ class Runner:
 
 
 def create_retrying(create: Callable[[], object]) -> None:
-    """A create through an apiserver that another run may be restarting: a 503 (not
-    processed) is tried again; a 409 after a create whose answer was lost is ours."""
+    """A create through an apiserver that another run may be restarting: a refusal before
+    anything was written (RESTARTING_STATUSES) is tried again; a 409 after a create whose
+    answer was lost is ours."""
     deadline = time.monotonic() + 120
     lost = False
     while True:
@@ -334,7 +335,7 @@ def create_retrying(create: Callable[[], object]) -> None:
         except ApiException as e:
             if e.status == 409 and lost:
                 return
-            if e.status != 503 or time.monotonic() > deadline:
+            if e.status not in RESTARTING_STATUSES or time.monotonic() > deadline:
                 raise
         except urllib3.exceptions.HTTPError:
             if time.monotonic() > deadline:

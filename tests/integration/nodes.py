@@ -97,8 +97,27 @@ def _evicted(core: client.CoreV1Api, node: str) -> bool:
     return all(p.metadata.deletion_timestamp for p in fast)
 
 
+# runc freezes a container's cgroup and gives up ("unable to freeze") when a busy node's
+# processes do not all stop within its own short wait; it thaws what it froze, so a retry is
+# safe (seen once on a kind worker under load, 2026-11-28).
+PAUSE_TRIES = 5
+
+
 def _docker(*args: str) -> None:
-    subprocess.run(["docker", *args], check=True, capture_output=True, text=True)
+    out = subprocess.run(["docker", *args], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"docker {' '.join(args)}: {out.stderr.strip()}")
+
+
+def _pause(container: str) -> None:
+    for attempt in range(PAUSE_TRIES):
+        try:
+            _docker("pause", container)
+            return
+        except RuntimeError:
+            if attempt == PAUSE_TRIES - 1:
+                raise
+            time.sleep(1)
 
 
 @contextmanager
@@ -120,7 +139,7 @@ def _frozen(kube: client.ApiClient, node: str, dead: bool) -> Iterator[None]:
     container = node_containers(kube).get(node)
     assert container, f"{node} is neither a process node nor a kind node of this host"
     core = client.CoreV1Api(kube)
-    _docker("pause", container)
+    _pause(container)
     thawed = threading.Event()
     done = threading.Event()
 

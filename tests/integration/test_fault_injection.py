@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from campaign_cluster import KindApiserver, kind_control_plane
 from kubernetes import client
 from localkube.testing import use_external_cluster
 
@@ -49,12 +50,18 @@ def campaign_cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     try:
         yield ["--kubeconfig", str(cluster.kubeconfig)]
     finally:
+        # A campaign killed mid-fault can leave the apiserver stopped or in the kubelet's
+        # back-off after a restart.
+        container = kind_control_plane(Path(cluster.kubeconfig))
+        if container:
+            KindApiserver(Path(cluster.kubeconfig), container).recover()
         # A campaign that was killed leaves its runs' namespaces (faults-<n>-<hex>), with jobs
         # the suite's operator would otherwise go on running beside the later tests.
         core = client.CoreV1Api(kube)
-        for ns in core.list_namespace().items:
-            if ns.metadata.name.startswith(CAMPAIGN_NAMESPACE_PREFIX):
-                core.delete_namespace(ns.metadata.name)
+        names = [ns.metadata.name for ns in core.list_namespace().items if ns.metadata]
+        for name in names:
+            if name and name.startswith(CAMPAIGN_NAMESPACE_PREFIX):
+                core.delete_namespace(name)
         operator.start()
 
 

@@ -264,7 +264,7 @@ def test_two_four_node_jobs_with_room_for_one(
 
     first = wait_for("one whole gang bound", lambda: size in counts() and counts(), 120)
     assert sorted(first) == [0, size], first
-    winner, loser = ("a", "b") if first[0] == 4 else ("b", "a")
+    winner, loser = ("a", "b") if first[0] == size else ("b", "a")
 
     # The loser waits, says why, and has no pod bound until the winner has finished. It was
     # already Waiting while its pods were gated (reason SchedulingGated): wait for the
