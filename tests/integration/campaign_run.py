@@ -31,6 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from localkube.testing import create_namespace, wait_for
 
 JOB_TIMEOUT = 240.0  # plus the time the apiserver was down meanwhile (Apiserver.down)
+# Every run's namespace starts so (a cleanup after a killed campaign finds them by it).
+NAMESPACE_PREFIX = "faults-"
 # A new namespace's default ServiceAccount comes from kube-controller-manager, which after an
 # apiserver restart (another run's fault) lists everything again before it acts: on the
 # loaded 2-core machine that took over a minute.
@@ -102,7 +104,7 @@ class Runner:
     @contextmanager
     def namespace(self, index: int) -> Iterator[str]:
         # Not from the seeded generator: campaigns on one cluster must not share names.
-        ns = f"faults-{index}-{secrets.token_hex(3)}"
+        ns = f"{NAMESPACE_PREFIX}{index}-{secrets.token_hex(3)}"
         create_retrying(lambda: create_namespace(self.api, ns, NAMESPACE_READY_SECONDS))
         core = client.CoreV1Api(self.api)
         try:

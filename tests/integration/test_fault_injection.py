@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 from campaign_cluster import KindApiserver, kind_control_plane
+from campaign_run import NAMESPACE_PREFIX
 from kubernetes import client
 from localkube.testing import use_external_cluster
 
 HERE = Path(__file__).resolve().parent
-CAMPAIGN_NAMESPACE_PREFIX = "faults-"  # campaign_run.Runner.namespace
 # The campaign starts no run after this; the timeouts below are only backstops.
 CAMPAIGN_MINUTES = 10
 
@@ -60,7 +60,7 @@ def campaign_cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         core = client.CoreV1Api(kube)
         names = [ns.metadata.name for ns in core.list_namespace().items if ns.metadata]
         for name in names:
-            if name and name.startswith(CAMPAIGN_NAMESPACE_PREFIX):
+            if name and name.startswith(NAMESPACE_PREFIX):
                 core.delete_namespace(name)
         operator.start()
 

@@ -78,15 +78,21 @@ def test_a_relist_after_a_restart_records_what_changed_gone_first() -> None:
     assert relist_events({}, []) == []
 
 
+def runnable(seed: int, scenarios: int) -> Any:
+    """A campaign over the first `scenarios` scenarios that can run, once given its `run`."""
+    c = campaign(seed, apiserver=False)
+    c.scenarios = SCENARIOS[:scenarios]
+    c.tally = {s.name: Tally() for s in c.scenarios}
+    c.reference = {}
+    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    return c
+
+
 def test_a_run_the_harness_cannot_finish_is_counted_and_the_campaign_goes_on() -> None:
     # One run's own request to the cluster fails (a namespace that got no ServiceAccount in
     # time): the campaign records it apart from the operator's violations, fails, and
     # carries on with the other runs instead of losing them all.
-    c = campaign(4, apiserver=False)
-    c.scenarios = SCENARIOS[:2]
-    c.tally = {s.name: Tally() for s in c.scenarios}
-    c.reference = {}
-    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    c = runnable(4, 2)
     broken = c.scenarios[0].name
 
     def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
@@ -104,11 +110,7 @@ def test_a_run_the_harness_cannot_finish_is_counted_and_the_campaign_goes_on() -
 
 
 def test_a_harness_that_cannot_finish_a_run_ends_a_campaign_that_still_wants_faults() -> None:
-    c = campaign(4, apiserver=False)
-    c.scenarios = SCENARIOS[:2]
-    c.tally = {s.name: Tally() for s in c.scenarios}
-    c.reference = {}
-    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    c = runnable(4, 2)
     started: list[str] = []
 
     def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
@@ -126,11 +128,7 @@ def test_a_harness_that_cannot_finish_a_run_ends_a_campaign_that_still_wants_fau
 
 def stubbed(seed: int) -> tuple[Any, list[tuple[str, Any]]]:
     """A campaign whose runs only record their scenario and schedule; each fires one 500."""
-    c = campaign(seed, apiserver=False)
-    c.scenarios = SCENARIOS[:3]
-    c.tally = {s.name: Tally() for s in c.scenarios}
-    c.reference = {}
-    c._lock, c._abort, c._n = threading.Lock(), threading.Event(), 0
+    c = runnable(seed, 3)
     ran: list[tuple[str, Any]] = []
 
     def run(scenario: Any, rules: Any, reference: bool = False, index: Any = None) -> Run:
