@@ -80,6 +80,40 @@ def spread(job: str) -> dict[str, Any]:
     }
 
 
+def why_together(kube: client.ApiClient, namespace: str, job: str) -> str:
+    """For a test that found a job's pods on one node although spread() prefers two: the
+    scheduler's view of every node (schedulable, Ready, taints, the pods on it that are not
+    finished), so that the failure says what filled or fenced the other node."""
+    core = client.CoreV1Api(kube)
+    lines = []
+    nodes: Any = core.list_node()
+    for n in nodes.items:
+        ready = next((c.status for c in n.status.conditions or [] if c.type == "Ready"), "?")
+        taints = [f"{t.key}:{t.effect}" for t in n.spec.taints or []]
+        pods: Any = core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={n.metadata.name}"
+        )
+        live = [
+            f"{p.metadata.namespace}/{p.metadata.name}"
+            for p in pods.items
+            if p.status.phase not in ("Succeeded", "Failed")
+        ]
+        lines.append(
+            f"{n.metadata.name}: Ready={ready} unschedulable={bool(n.spec.unschedulable)}"
+            f" taints={taints} allocatable={n.status.allocatable}"
+            f" {len(live)} pods: {', '.join(live[:20])}"
+        )
+    events: Any = core.list_namespaced_event(namespace)
+    said = [
+        f"{e.involved_object.name}: {e.reason}: {e.message}"
+        for e in events.items
+        if e.involved_object.name
+        and e.involved_object.name.startswith(job)
+        and e.reason in ("Scheduled", "FailedScheduling")
+    ]
+    return "\n".join(["the nodes:", *lines, "the scheduler said:", *said])
+
+
 def _evicted(core: client.CoreV1Api, node: str) -> bool:
     """Every pod on `node` that tolerates its loss for FAST_EVICTION's seconds at most (the
     tests' pods, not the 300 s every other pod gets by default) is marked for deletion."""

@@ -16,7 +16,7 @@ import jobs
 import pytest
 from dtj import IMAGE, SMALL, apply, dtj_status, get_job, job_pods, wait_for
 from kubernetes import client
-from nodes import FAST_EVICTION, node_lost, spread
+from nodes import FAST_EVICTION, node_lost, spread, why_together
 
 # The node is lost by pausing a process node's heartbeats or freezing a kind node's container.
 pytestmark = [pytest.mark.host_nodes, pytest.mark.usefixtures("operator")]
@@ -71,7 +71,9 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
     core = client.CoreV1Api(kube)
     nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
     node, other = nodes["1"], nodes["0"]
-    assert node != other, "both pods on one node: losing it would not be losing one pod"
+    assert node != other, "both pods on one node: losing it would not be losing one pod\n" + (
+        why_together(kube, namespace, name)
+    )
     with node_lost(cluster, kube, node, ready_timeout=90):
 
         def restarted() -> tuple[dict[str, Any], list[Any]] | None:
@@ -113,7 +115,9 @@ def test_a_pod_left_terminating_on_a_dead_node_is_deleted_by_force(
     apply(kube, namespace, [sleeping_job(name)])
     nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
     node, other = nodes["1"], nodes["0"]
-    assert node != other, "both pods on one node: losing it would not be losing one pod"
+    assert node != other, "both pods on one node: losing it would not be losing one pod\n" + (
+        why_together(kube, namespace, name)
+    )
     core = client.CoreV1Api(kube)
     with node_lost(cluster, kube, node, ready_timeout=90, dead=True):
 

@@ -29,7 +29,7 @@ import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, pod_log, wait_for, wait_phase
 from hostprocs import launcher_pid, worker_pids
 from kubernetes import client
-from nodes import FAST_EVICTION, node_lost, spread
+from nodes import FAST_EVICTION, node_lost, spread, why_together
 from shared_dir import SharedDir
 from torchrun_operator.api.ranks import parse_ranks
 
@@ -279,7 +279,9 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     pod = wait_training(kube, namespace, name, 1, ckpt)
     node = pod.spec.node_name
     other = pod_by_index(kube, namespace, name, 0).spec.node_name
-    assert node != other, "both pods on one node: losing it would not be losing one rank"
+    assert node != other, "both pods on one node: losing it would not be losing one rank\n" + (
+        why_together(kube, namespace, name)
+    )
     with node_lost(cluster, kube, node, ready_timeout=60):
         status = assert_one_restart_and_resumed(
             cluster, kube, namespace, name, reference_checksum, index=1

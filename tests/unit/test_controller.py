@@ -120,8 +120,11 @@ class FakeApi:
         if uid is not None and uid != pod["metadata"]["uid"]:
             raise ApiException(status=409, reason="Conflict")
         if pod["spec"].get("nodeName") in self.dead_nodes and not force:
-            # No kubelet confirms: the pod stays, Terminating (its grace period is 0 here).
-            pod["metadata"].setdefault("deletionTimestamp", self.now.isoformat())
+            # No kubelet confirms: the pod stays, Terminating (its grace period is 0 here),
+            # at a new resourceVersion as the apiserver writes it.
+            if not pod["metadata"].get("deletionTimestamp"):
+                pod["metadata"]["deletionTimestamp"] = self.now.isoformat()
+                self._bump(pod)
             return pod
         del self.objects[("Pod", name)]  # terminal pods go at once; enough here
         if fault == "lost":
@@ -341,6 +344,7 @@ def test_a_pod_no_kubelet_deletes_is_deleted_by_force_and_the_gang_restarts() ->
     h.api.set_pod("job-0", running())
     h.api.set_pod("job-1", terminated(137, reason="OOMKilled"))
     h.api.pods()["job-0"]["spec"]["nodeName"] = "gone"
+    h.api._bump(h.api.pods()["job-0"])
     h.api.dead_nodes.add("gone")
     h.sync(1)
     h.sync(30)  # past the settle window: the restart is decided, job-0 deleted
@@ -598,12 +602,32 @@ def test_a_cached_pods_view_is_made_once_and_a_newer_pod_gets_its_own() -> None:
     h = Harness(make_job())
     start(h)
     h.sync()
-    (first, *_) = sorted(h.ctrl.pods.pods(("ns", "job")), key=lambda p: p["metadata"]["name"])
-    v = h.ctrl._view(first, "trainer")
-    assert h.ctrl._view(first, "trainer") is v
+    key = ("ns", "job")
+    (first, *_) = sorted(h.ctrl.pods.pods(key), key=lambda p: p["metadata"]["name"])
+    view_of = h.ctrl._viewer(key)
+    v = view_of(first, "trainer")
+    assert view_of(first, "trainer") is v
+    assert h.ctrl._viewer(key)(copy.deepcopy(first), "trainer") is v  # same uid and version
     newer = copy.deepcopy(first)
+    newer["metadata"]["resourceVersion"] += "0"
     newer["status"] = {"phase": "Running"}
-    assert h.ctrl._view(newer, "trainer").phase == "Running" != v.phase
+    assert h.ctrl._viewer(key)(newer, "trainer").phase == "Running" != v.phase
+
+
+def test_only_the_views_of_a_jobs_last_reconcile_are_remembered() -> None:
+    # The memo held every version of every pod it had seen (up to 8,192 pods), most of them
+    # long replaced in the cache: memory that grew with the events, not with the pods.
+    h = Harness(make_job())
+    start(h)
+    key = ("ns", "job")
+    for _ in range(5):
+        for name in h.api.pods():
+            h.api.set_pod(name, running())  # a new resourceVersion each time
+        h.sync()
+    cached = h.ctrl.pods.pods(key)
+    remembered = h.ctrl._views[key]
+    assert len(remembered) == len(cached) > 0
+    assert {rv for _, rv, _ in remembered} == {p["metadata"]["resourceVersion"] for p in cached}
 
 
 def test_the_watch_echo_of_our_own_status_write_is_not_reconciled_again() -> None:

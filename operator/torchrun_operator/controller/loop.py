@@ -130,6 +130,7 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
 
     def _forget(self, key: JobKey, uid: str) -> None:
         self.jobs.remove(key)
+        self._views.pop(key, None)
         self._children_done.discard(uid)
         self._conflicts.pop(uid, None)
         self._refused.pop(uid, None)
@@ -237,7 +238,7 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
             refused,
             live,
             admission,
-            view_of=self._view,
+            view_of=self._viewer(key),
             runtime=resolved if resolved.runtime is not None else None,
         )
         try:

@@ -4,18 +4,19 @@ cached pod), the launchers' status port the rank map reads, and the jobs the met
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import ValidationError
 
 from torchrun_operator import metrics
-from torchrun_operator.controller.state import ControllerState, Obj
+from torchrun_operator.controller.state import ControllerState, JobKey, Obj
 from torchrun_operator.launcher.contract import STATUS_PORT
 from torchrun_operator.reconcile import observe
 from torchrun_operator.render.ports import status_port
 
-# Views of cached pods remembered (kube/cache.py keeps each pod object unchanged until a
-# newer one replaces it): a reconcile reads every pod of its job, an event changes one.
-# Past this many the memo starts afresh; more than the pods of 16 jobs of 512 nodes.
-VIEW_MEMO_SIZE = 8192
+# A pod's view is remembered by its uid, resourceVersion and trainer name (a pod object at one
+# resourceVersion never changes): a reconcile reads every pod of its job, an event changes one.
+ViewKey = tuple[str, str, str | None]
 
 
 class CacheReads(ControllerState):
@@ -53,13 +54,22 @@ class CacheReads(ControllerState):
         except ValidationError:
             return STATUS_PORT
 
-    def _view(self, pod: Obj, trainer: str | None) -> observe.PodView:
-        """observe.view, remembered per cached pod object (the cache never changes one)."""
-        got = self._views.get(id(pod))
-        if got is not None and got[0] is pod and got[1] == trainer:
-            return got[2]
-        v = observe.view(pod, trainer)
-        if len(self._views) >= VIEW_MEMO_SIZE:
-            self._views.clear()
-        self._views[id(pod)] = (pod, trainer, v)
-        return v
+    def _viewer(self, key: JobKey) -> Callable[[Obj, str | None], observe.PodView]:
+        """observe.view for one reconcile of a job, remembering the views of the job's last
+        reconcile. Only the views this reconcile took are kept for the next one: a memo that
+        held every version of every pod kept thousands of old pods alive."""
+        before = self._views.get(key, {})
+        now: dict[ViewKey, observe.PodView] = {}
+        self._views[key] = now
+
+        def view_of(pod: Obj, trainer: str | None) -> observe.PodView:
+            meta = pod.get("metadata") or {}
+            uid, rv = meta.get("uid"), meta.get("resourceVersion")
+            if not uid or not rv:  # not an API object: nothing to remember it by
+                return observe.view(pod, trainer)
+            at: ViewKey = (uid, rv, trainer)
+            v = now.get(at) or before.get(at) or observe.view(pod, trainer)
+            now[at] = v
+            return v
+
+        return view_of

@@ -113,9 +113,8 @@ class ControllerState:
         self._admitted: dict[str, tuple[str, Obj]] = {}
         # job uid -> (its Workload's uid, when first seen held back by an unread namespace)
         self._unread: dict[str, tuple[str, float]] = {}
-        # id(pod) -> (the pod, the trainer's name, its view): by identity, holding the pod
-        # so that its id cannot be reused while remembered.
-        self._views: dict[int, tuple[Obj, str | None, observe.PodView]] = {}
+        # Job -> the views of its pods its last reconcile took (controller/reads.py).
+        self._views: dict[JobKey, dict[tuple[str, str, str | None], observe.PodView]] = {}
 
     def _publish_phases(self) -> None:
         # Counting every job on every event would cost O(jobs) per event; a thread folds them.

@@ -59,13 +59,40 @@ def gone_after_relist(cached: Obj, listed: Obj | None, list_rv: int | None) -> b
     return rv is not None and list_rv is not None and rv <= list_rv
 
 
+# Kept out of the job cache: the operator never reads them, and together they repeat the
+# spec and the status the job already holds (managedFields names every field each writer set;
+# `kubectl apply` copies the whole applied object into the annotation).
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def slim_job(job: Obj) -> Obj:
+    """The job without managedFields and kubectl's last-applied copy; the rest unchanged (a
+    shallow copy: the spec and status dicts are the ones given)."""
+    meta = job.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if "managedFields" not in meta and LAST_APPLIED not in annotations:
+        return job
+    kept = {k: v for k, v in meta.items() if k != "managedFields"}
+    if LAST_APPLIED in annotations:
+        rest = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        if rest:
+            kept["annotations"] = rest
+        else:
+            kept.pop("annotations", None)
+    return {**job, "metadata": kept}
+
+
 class JobCache:
+    """Jobs by key, slimmed (slim_job) as they are stored; a late copy never replaces a
+    newer one."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[JobKey, Obj] = {}
 
     def put(self, job: Obj) -> None:
         key = (job["metadata"]["namespace"], job["metadata"]["name"])
+        job = slim_job(job)
         with self._lock:
             if is_newer(job, self._jobs.get(key)):
                 self._jobs[key] = job

@@ -8,7 +8,7 @@ from typing import Any
 
 import jobs
 import reports
-from torchrun_operator.kube.cache import PodCache, slim_pod
+from torchrun_operator.kube.cache import LAST_APPLIED, JobCache, PodCache, slim_job, slim_pod
 from torchrun_operator.kube.readschedule import targets_of
 from torchrun_operator.reconcile.admission import pods_left
 from torchrun_operator.reconcile.observe import view
@@ -64,3 +64,30 @@ def test_objects_are_kept_whole_by_default() -> None:
     c = PodCache()
     key = c.put(pod)
     assert key is not None and c.pods(key) == [pod]
+
+
+def test_the_job_cache_keeps_no_managed_fields_nor_last_applied_copy() -> None:
+    job = jobs.job("big", nodes=4, metadata={"namespace": "ns", "uid": "job-uid"})
+    job["metadata"].update(
+        resourceVersion="7",
+        annotations={LAST_APPLIED: json.dumps(job), "team": "vision"},
+        managedFields=[{"manager": "kubectl", "fieldsV1": {"f:spec": {"f:nodes": {}}}}],
+    )
+    job["status"] = {"phase": "Running", "attempt": 0}
+    c = JobCache()
+    c.put(job)
+    kept = c.get(("ns", "big"))
+    assert kept is not None
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["annotations"] == {"team": "vision"}
+    assert kept["spec"] == job["spec"] and kept["status"] == job["status"]
+    assert {k: v for k, v in kept["metadata"].items() if k != "annotations"} == {
+        k: v for k, v in job["metadata"].items() if k not in ("annotations", "managedFields")
+    }
+    assert LAST_APPLIED in job["metadata"]["annotations"]  # the given object is unchanged
+    assert len(json.dumps(kept)) < len(json.dumps(job)) / 1.5
+
+
+def test_a_job_with_nothing_to_drop_is_kept_as_given() -> None:
+    job = jobs.job("small", metadata={"namespace": "ns", "uid": "u", "resourceVersion": "1"})
+    assert slim_job(job) is job
