@@ -22,7 +22,7 @@ import campaign_invariants as inv
 import urllib3
 from campaign_cluster import RESTARTING_STATUSES, Apiserver, Pauser, resilient_client
 from campaign_faults import LEASE
-from campaign_monitor import PodMonitor
+from campaign_monitor import JobWatch, PodMonitor
 from campaign_operator import Operator, stopping
 from campaign_scenarios import FINISHED, Scenario, Wait
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job
@@ -179,6 +179,7 @@ class Runner:
         with (
             self.namespace(index) as ns,
             PodMonitor(self.api, ns) as monitor,
+            JobWatch(self.api, ns, name) as jobwatch,
             stopping(operators),
         ):
             op = start(ns, faults=True, elect=split)
@@ -211,8 +212,18 @@ class Runner:
                 if self._abort.is_set():
                     raise RuntimeError("the campaign was stopped")
                 tend()
-                job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-                if (job.get("status") or {}).get("phase") in FINISHED and not driver.busy():
+                try:
+                    job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+                except ApiException as e:
+                    if not (scenario.ttl and e.status == 404):
+                        raise
+                    # Finished and deleted by its TTL between two reads: judged by its
+                    # last state, which its watch saw deleted.
+                    done = deleted_job(jobwatch, name)
+                    if phase_of(done) not in FINISHED:
+                        violations.append(f"deleted while {phase_of(done)!r}, unfinished")
+                    break
+                if phase_of(job) in FINISHED and not driver.busy():
                     done = job
                     break
                 time.sleep(0.5)
@@ -322,6 +333,22 @@ class Runner:
             except TimeoutError:
                 return ["job outlived its TTL"]
         return []
+
+
+def phase_of(job: dict[str, Any]) -> str | None:
+    phase = (job.get("status") or {}).get("phase")
+    return phase if isinstance(phase, str) else None
+
+
+def deleted_job(jobwatch: JobWatch, name: str, wait: float = 10) -> dict[str, Any]:
+    """The job its watch saw deleted; a harness error if the watch missed the deletion (it
+    was broken then): the outcome is lost, neither a pass nor a violation."""
+    deadline = time.monotonic() + wait  # the DELETED event may trail the GET's 404
+    while not jobwatch.deleted and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if not jobwatch.deleted or jobwatch.last is None:
+        raise RuntimeError(f"job {name} was deleted before the harness saw it finish, unwatched")
+    return jobwatch.last
 
 
 def create_retrying(create: Callable[[], object]) -> None:
