@@ -9,7 +9,8 @@ from collections.abc import Callable
 from pydantic import ValidationError
 
 from torchrun_operator import metrics
-from torchrun_operator.controller.state import ControllerState, JobKey, Obj
+from torchrun_operator.controller.state import ControllerState, Obj
+from torchrun_operator.kube.cache import JobKey
 from torchrun_operator.launcher.contract import STATUS_PORT
 from torchrun_operator.reconcile import observe
 from torchrun_operator.render.ports import status_port
