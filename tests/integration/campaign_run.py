@@ -206,6 +206,7 @@ class Runner:
             driver = _Driver(scenario, self.api, ns, name, self.wait)
             pauser = Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
+            seen_job: dict[str, Any] | None = None  # the harness's last read of the job
             deadline = time.monotonic() + JOB_TIMEOUT
             down_before = self._down()
             while time.monotonic() < deadline + self._down() - down_before:
@@ -219,10 +220,11 @@ class Runner:
                         raise
                     # Finished and deleted by its TTL between two reads: judged by its
                     # last state, which its watch saw deleted.
-                    done = deleted_job(jobwatch, name)
+                    done = deleted_job(jobwatch, seen_job, name)
                     if phase_of(done) not in FINISHED:
                         violations.append(f"deleted while {phase_of(done)!r}, unfinished")
                     break
+                seen_job = job
                 if phase_of(job) in FINISHED and not driver.busy():
                     done = job
                     break
@@ -340,15 +342,25 @@ def phase_of(job: dict[str, Any]) -> str | None:
     return phase if isinstance(phase, str) else None
 
 
-def deleted_job(jobwatch: JobWatch, name: str, wait: float = 10) -> dict[str, Any]:
-    """The job its watch saw deleted; a harness error if the watch missed the deletion (it
-    was broken then): the outcome is lost, neither a pass nor a violation."""
+def deleted_job(
+    jobwatch: JobWatch, seen: dict[str, Any] | None, name: str, wait: float = 10
+) -> dict[str, Any]:
+    """The state a TTL's job was deleted in: what its watch saw deleted. An apiserver
+    restarted between the delete and its event leaves the watch without the DELETED event;
+    then the newest state seen (by the watch or the harness's own reads) stands for it if
+    it is finished, as a finished job's outcome no longer changes (a change would be missed,
+    never invented). Otherwise the outcome is lost: a harness error, neither a pass nor a
+    violation."""
     deadline = time.monotonic() + wait  # the DELETED event may trail the GET's 404
     while not jobwatch.deleted and time.monotonic() < deadline:
         time.sleep(0.2)
-    if not jobwatch.deleted or jobwatch.last is None:
+    if jobwatch.deleted and jobwatch.last is not None:
+        return jobwatch.last
+    known = [j for j in (jobwatch.last, seen) if j is not None]
+    newest = max(known, key=lambda j: int(j["metadata"]["resourceVersion"]), default=None)
+    if newest is None or phase_of(newest) not in FINISHED:
         raise RuntimeError(f"job {name} was deleted before the harness saw it finish, unwatched")
-    return jobwatch.last
+    return newest
 
 
 def create_retrying(create: Callable[[], object]) -> None:

@@ -30,14 +30,27 @@ def test_a_job_deleted_between_two_reads_is_judged_by_its_last_state(
             "the finish seen", lambda: ((watch.last or {}).get("status") or {}).get("phase"), 30
         )
         custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-        last: Any = deleted_job(watch, name)
+        last: Any = deleted_job(watch, None, name)
     assert watch.deleted
     assert last["metadata"]["name"] == name and last["status"]["phase"] == "Succeeded"
 
 
-def test_a_deletion_the_watch_did_not_see_is_the_harness_s_error(
+def test_a_deletion_the_watch_missed_is_judged_by_the_finished_state_last_seen(
     kube: client.ApiClient, namespace: str
 ) -> None:
-    watch = JobWatch(kube, namespace, "never-created")  # not started: it sees nothing
+    # An apiserver restarted between the TTL's delete and its event: the watch, listing
+    # again, finds no job and no DELETED event.
+    watch = JobWatch(kube, namespace, "missed")  # not started: it sees nothing
+    seen = {"metadata": {"name": "missed", "resourceVersion": "7"}, "status": {}}
     with pytest.raises(RuntimeError, match="unwatched"):
-        deleted_job(watch, "never-created", wait=0.5)
+        deleted_job(watch, None, "missed", wait=0.5)
+    with pytest.raises(RuntimeError, match="unwatched"):  # last seen running: unknown
+        deleted_job(watch, {**seen, "status": {"phase": "Running"}}, "missed", wait=0.5)
+    watch.last = {**seen, "status": {"phase": "Running"}}
+    finished = {
+        "metadata": {"name": "missed", "resourceVersion": "9"},
+        "status": {"phase": "Succeeded"},
+    }
+    assert deleted_job(watch, finished, "missed", wait=0.5) is finished  # the newer one
+    watch.last, older = finished, {**seen, "status": {"phase": "Running"}}
+    assert deleted_job(watch, older, "missed", wait=0.5) is finished
