@@ -32,6 +32,8 @@ LABEL_INDEX = f"{GROUP}/index"
 # from pods of earlier operator versions) so that selectors written against it keep working.
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+# kubectl apply's copy of the whole applied object, on the object itself.
+ANNOTATION_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 # Kubernetes limits: DNS-1123/1035 labels (hostnames, Service names) are at most 63 characters.
 MAX_LABEL_LENGTH = 63

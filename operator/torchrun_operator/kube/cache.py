@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from torchrun_operator.api.names import ANNOTATION_LAST_APPLIED as LAST_APPLIED
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 
 JobKey = tuple[str, str]  # (namespace, name)
@@ -59,15 +60,10 @@ def gone_after_relist(cached: Obj, listed: Obj | None, list_rv: int | None) -> b
     return rv is not None and list_rv is not None and rv <= list_rv
 
 
-# Kept out of the job cache: the operator never reads them, and together they repeat the
-# spec and the status the job already holds (managedFields names every field each writer set;
-# `kubectl apply` copies the whole applied object into the annotation).
-LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
 def slim_job(job: Obj) -> Obj:
     """The job without managedFields and kubectl's last-applied copy; the rest unchanged (a
-    shallow copy: the spec and status dicts are the ones given)."""
+    shallow copy: the spec and status dicts are the ones given). The operator never reads
+    either, and together they repeat the spec and the status the job already holds."""
     meta = job.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     if "managedFields" not in meta and LAST_APPLIED not in annotations:

@@ -8,7 +8,8 @@ from typing import Any
 
 import jobs
 import reports
-from torchrun_operator.kube.cache import LAST_APPLIED, JobCache, PodCache, slim_job, slim_pod
+from torchrun_operator.api.names import ANNOTATION_LAST_APPLIED as LAST_APPLIED
+from torchrun_operator.kube.cache import JobCache, PodCache, slim_job, slim_pod
 from torchrun_operator.kube.readschedule import targets_of
 from torchrun_operator.reconcile.admission import pods_left
 from torchrun_operator.reconcile.observe import view

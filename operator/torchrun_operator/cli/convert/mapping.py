@@ -33,7 +33,6 @@ _SERVER_METADATA = {
     "managedFields",
     "selfLink",
 }
-_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -82,7 +81,7 @@ def _metadata(meta: dict[str, Any], out: Conversion) -> dict[str, Any]:
         if key in ("name", "namespace", "labels"):
             result[key] = copy.deepcopy(value)
         elif key == "annotations":
-            kept = {k: v for k, v in (value or {}).items() if k != _LAST_APPLIED}
+            kept = {k: v for k, v in (value or {}).items() if k != names.ANNOTATION_LAST_APPLIED}
             if kept:
                 result["annotations"] = kept
         elif key not in _SERVER_METADATA:
