@@ -342,25 +342,33 @@ def phase_of(job: dict[str, Any]) -> str | None:
     return phase if isinstance(phase, str) else None
 
 
+def final_state(
+    last: dict[str, Any] | None, deleted: bool, seen: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The state a TTL's job was deleted in, from its watch (`last`, `deleted`: the watch saw
+    the DELETED event) and the harness's own last read (`seen`); None when it is not known.
+    An apiserver restarted between the delete and its event leaves the watch without the
+    DELETED event; then the newest state seen stands for it if it is finished, as a finished
+    job's outcome no longer changes (a change would be missed, never invented)."""
+    if deleted and last is not None:
+        return last
+    known = [j for j in (last, seen) if j is not None]
+    newest = max(known, key=lambda j: int(j["metadata"]["resourceVersion"]), default=None)
+    return newest if newest is not None and phase_of(newest) in FINISHED else None
+
+
 def deleted_job(
     jobwatch: JobWatch, seen: dict[str, Any] | None, name: str, wait: float = 10
 ) -> dict[str, Any]:
-    """The state a TTL's job was deleted in: what its watch saw deleted. An apiserver
-    restarted between the delete and its event leaves the watch without the DELETED event;
-    then the newest state seen (by the watch or the harness's own reads) stands for it if
-    it is finished, as a finished job's outcome no longer changes (a change would be missed,
-    never invented). Otherwise the outcome is lost: a harness error, neither a pass nor a
-    violation."""
+    """final_state once the watch had time to see the deletion; unknown, the outcome is
+    lost: a harness error, neither a pass nor a violation."""
     deadline = time.monotonic() + wait  # the DELETED event may trail the GET's 404
     while not jobwatch.deleted and time.monotonic() < deadline:
         time.sleep(0.2)
-    if jobwatch.deleted and jobwatch.last is not None:
-        return jobwatch.last
-    known = [j for j in (jobwatch.last, seen) if j is not None]
-    newest = max(known, key=lambda j: int(j["metadata"]["resourceVersion"]), default=None)
-    if newest is None or phase_of(newest) not in FINISHED:
+    got = final_state(jobwatch.last, jobwatch.deleted, seen)
+    if got is None:
         raise RuntimeError(f"job {name} was deleted before the harness saw it finish, unwatched")
-    return newest
+    return got
 
 
 def create_retrying(create: Callable[[], object]) -> None:

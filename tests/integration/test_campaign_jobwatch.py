@@ -1,6 +1,7 @@
 """The campaign's job watch (campaign_monitor.JobWatch) on a real apiserver: a job that
 finished and was deleted before the harness read it again is judged by the state it was
-deleted in, which is how the campaign judges a TTL's job it did not see finish."""
+deleted in, which is how the campaign judges a TTL's job it did not see finish (what stands
+for it when the watch missed the deletion: tests/unit/test_faultrun_schedule.py)."""
 
 from __future__ import annotations
 
@@ -33,24 +34,3 @@ def test_a_job_deleted_between_two_reads_is_judged_by_its_last_state(
         last: Any = deleted_job(watch, None, name)
     assert watch.deleted
     assert last["metadata"]["name"] == name and last["status"]["phase"] == "Succeeded"
-
-
-def test_a_deletion_the_watch_missed_is_judged_by_the_finished_state_last_seen(
-    kube: client.ApiClient, namespace: str
-) -> None:
-    # An apiserver restarted between the TTL's delete and its event: the watch, listing
-    # again, finds no job and no DELETED event.
-    watch = JobWatch(kube, namespace, "missed")  # not started: it sees nothing
-    seen = {"metadata": {"name": "missed", "resourceVersion": "7"}, "status": {}}
-    with pytest.raises(RuntimeError, match="unwatched"):
-        deleted_job(watch, None, "missed", wait=0.5)
-    with pytest.raises(RuntimeError, match="unwatched"):  # last seen running: unknown
-        deleted_job(watch, {**seen, "status": {"phase": "Running"}}, "missed", wait=0.5)
-    watch.last = {**seen, "status": {"phase": "Running"}}
-    finished = {
-        "metadata": {"name": "missed", "resourceVersion": "9"},
-        "status": {"phase": "Succeeded"},
-    }
-    assert deleted_job(watch, finished, "missed", wait=0.5) is finished  # the newer one
-    watch.last, older = finished, {**seen, "status": {"phase": "Running"}}
-    assert deleted_job(watch, older, "missed", wait=0.5) is finished
