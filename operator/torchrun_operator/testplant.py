@@ -19,6 +19,8 @@ Plants (each breaks one invariant of docs/reliability.md):
   restart (a counter a restarted operator changes).
 - traceback: the first reconcile in each operator process logs an unhandled-looking error.
 - exit: the operator exits by itself (status 3) right after it created pods.
+- early-ttl: a job with a TTL (runPolicy.ttlSecondsAfterFinished) is deleted while it runs,
+  not once it has finished.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from torchrun_operator.api.names import LABEL_ATTEMPT
 from torchrun_operator.api.status_names import FINISHED
 
 ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
-PLANTS = frozenset({"keep-stale", "double-create", "recount", "traceback", "exit"})
+PLANTS = frozenset({"keep-stale", "double-create", "recount", "traceback", "exit", "early-ttl"})
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +117,11 @@ def after_creates(created: int) -> None:
         log.error("planted bug: exiting (TORCHRUN_OPERATOR_TEST_PLANT=exit)")
         logging.shutdown()
         os._exit(3)
+
+
+def deleted_early(job: dict[str, Any], status: dict[str, Any]) -> bool:
+    """early-ttl: whether to delete `job`, which has a TTL, now that `status` says it runs."""
+    if PLANTED != "early-ttl" or status.get("phase") != "Running":
+        return False
+    policy = (job.get("spec") or {}).get("runPolicy") or {}
+    return policy.get("ttlSecondsAfterFinished") is not None

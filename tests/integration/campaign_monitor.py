@@ -1,6 +1,5 @@
-"""The fault campaign's watches (tests/integration/faultrun.py): every event of a run's pods,
-which the invariants (tests/campaign_invariants.py) are checked on, and the job as last
-seen, which outlives a TTL's deletion."""
+"""The fault campaign's watch (tests/integration/faultrun.py): every event of a run's pods,
+which the invariants (tests/campaign_invariants.py) are checked on."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 import campaign_evidence as evidence
 import campaign_invariants as inv
 import urllib3
-from dtj import GROUP, PLURAL, VERSION
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -95,58 +93,6 @@ class PodMonitor:
                 if self._stopping:
                     return
                 time.sleep(1)  # the apiserver went away: watch again from where we were
-
-
-class JobWatch:
-    """The run's job as its watch last saw it, kept after the job is deleted (a DELETED
-    event carries the object's last state). A job with a TTL of seconds can finish and be
-    deleted between two of the harness's reads (one that waits for a restarted operator,
-    or for an apiserver back from a restart): its outcome is then read from here."""
-
-    def __init__(self, api: client.ApiClient, ns: str, name: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.ns, self.name = ns, name
-        self.last: dict[str, Any] | None = None
-        self.deleted = False
-        self._watch = watch.Watch()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._stopping = False
-
-    def __enter__(self) -> JobWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stopping = True
-        self._watch.stop()
-        self._thread.join(5)
-
-    def _list(self) -> str:
-        listed: Any = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.ns, PLURAL, field_selector=f"metadata.name={self.name}"
-        )
-        for item in listed.get("items") or []:
-            self.last = item
-        rv: str = listed["metadata"]["resourceVersion"]
-        return rv
-
-    def _run(self) -> None:
-        while not self._stopping:
-            try:
-                rv = self._list()
-                for event in self._watch.stream(
-                    self.custom.list_namespaced_custom_object, GROUP, VERSION, self.ns, PLURAL,
-                    field_selector=f"metadata.name={self.name}", resource_version=rv,
-                    timeout_seconds=900,
-                ):  # fmt: skip
-                    self.last = event["raw_object"]
-                    if event["type"] == "DELETED":
-                        self.deleted = True
-                        return
-            except Exception:  # noqa: BLE001 - a broken watch (410, a restart): list again
-                if self._stopping:
-                    return
-                time.sleep(0.5)
 
 
 def relist_events(

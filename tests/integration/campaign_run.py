@@ -22,9 +22,9 @@ import campaign_invariants as inv
 import urllib3
 from campaign_cluster import RESTARTING_STATUSES, Apiserver, Pauser, resilient_client
 from campaign_faults import LEASE
-from campaign_monitor import JobWatch, PodMonitor
+from campaign_monitor import PodMonitor
 from campaign_operator import Operator, stopping
-from campaign_scenarios import FINISHED, Scenario, Wait
+from campaign_scenarios import FINISHED, HOLD, Scenario, Wait
 from dtj import GROUP, JOB_LABEL, PLURAL, VERSION, create_job
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -38,6 +38,7 @@ NAMESPACE_PREFIX = "faults-"
 # loaded 2-core machine that took over a minute.
 NAMESPACE_READY_SECONDS = 180.0
 SETTLE_TIMEOUT = 90.0
+RELEASE_TRIES = 5
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
 
 
@@ -110,6 +111,7 @@ class Runner:
         try:
             yield ns
         finally:
+            release_held(self.api, ns)  # a run that ended before it let its TTL's job go
             core.delete_namespace(ns)
 
     def run(
@@ -179,7 +181,6 @@ class Runner:
         with (
             self.namespace(index) as ns,
             PodMonitor(self.api, ns) as monitor,
-            JobWatch(self.api, ns, name) as jobwatch,
             stopping(operators),
         ):
             op = start(ns, faults=True, elect=split)
@@ -206,25 +207,19 @@ class Runner:
             driver = _Driver(scenario, self.api, ns, name, self.wait)
             pauser = Pauser(self.apiserver, outages, self._abort)
             done: dict[str, Any] | None = None
-            seen_job: dict[str, Any] | None = None  # the harness's last read of the job
             deadline = time.monotonic() + JOB_TIMEOUT
             down_before = self._down()
             while time.monotonic() < deadline + self._down() - down_before:
                 if self._abort.is_set():
                     raise RuntimeError("the campaign was stopped")
                 tend()
-                try:
-                    job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-                except ApiException as e:
-                    if not (scenario.ttl and e.status == 404):
-                        raise
-                    # Finished and deleted by its TTL between two reads: judged by its
-                    # last state, which its watch saw deleted.
-                    done = deleted_job(jobwatch, seen_job, name)
-                    if phase_of(done) not in FINISHED:
-                        violations.append(f"deleted while {phase_of(done)!r}, unfinished")
+                job: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+                if job["metadata"].get("deletionTimestamp"):
+                    # Deleted by its TTL between two reads; held (HOLD), so judged by the
+                    # status it was deleted in.
+                    done = job
+                    violations += deleted_unfinished(job)
                     break
-                seen_job = job
                 if phase_of(job) in FINISHED and not driver.busy():
                     done = job
                     break
@@ -323,12 +318,15 @@ class Runner:
             custom = client.CustomObjectsApi(self.api)
 
             def gone() -> bool:
+                """Deleted (the job had finished: `job`), let go (HOLD), then gone."""
                 tend()
                 try:
-                    custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
-                    return False
+                    got: Any = custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
                 except ApiException as e:
                     return e.status == 404
+                if got["metadata"].get("deletionTimestamp"):
+                    release(custom, ns, got)
+                return False
 
             try:
                 wait_for("TTL deletion", gone, 60, interval=0.3)
@@ -342,33 +340,39 @@ def phase_of(job: dict[str, Any]) -> str | None:
     return phase if isinstance(phase, str) else None
 
 
-def final_state(
-    last: dict[str, Any] | None, deleted: bool, seen: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """The state a TTL's job was deleted in, from its watch (`last`, `deleted`: the watch saw
-    the DELETED event) and the harness's own last read (`seen`); None when it is not known.
-    An apiserver restarted between the delete and its event leaves the watch without the
-    DELETED event; then the newest state seen stands for it if it is finished, as a finished
-    job's outcome no longer changes (a change would be missed, never invented)."""
-    if deleted and last is not None:
-        return last
-    known = [j for j in (last, seen) if j is not None]
-    newest = max(known, key=lambda j: int(j["metadata"]["resourceVersion"]), default=None)
-    return newest if newest is not None and phase_of(newest) in FINISHED else None
+def deleted_unfinished(job: dict[str, Any]) -> list[str]:
+    """A TTL deletes a job once it has finished, never before."""
+    phase = phase_of(job)
+    return [] if phase in FINISHED else [f"deleted while {phase!r}, unfinished"]
 
 
-def deleted_job(
-    jobwatch: JobWatch, seen: dict[str, Any] | None, name: str, wait: float = 10
-) -> dict[str, Any]:
-    """final_state once the watch had time to see the deletion; unknown, the outcome is
-    lost: a harness error, neither a pass nor a violation."""
-    deadline = time.monotonic() + wait  # the DELETED event may trail the GET's 404
-    while not jobwatch.deleted and time.monotonic() < deadline:
-        time.sleep(0.2)
-    got = final_state(jobwatch.last, jobwatch.deleted, seen)
-    if got is None:
-        raise RuntimeError(f"job {name} was deleted before the harness saw it finish, unwatched")
-    return got
+def release(custom: client.CustomObjectsApi, ns: str, job: dict[str, Any]) -> None:
+    """Lets a job the harness holds (HOLD) go: its finalizers without ours, at the version
+    read (a 409: the caller reads it again; a 404: gone already)."""
+    meta = job["metadata"]
+    finalizers = meta.get("finalizers") or []
+    if HOLD not in finalizers:
+        return
+    rest = [f for f in finalizers if f != HOLD]
+    patch = {"metadata": {"finalizers": rest, "resourceVersion": meta["resourceVersion"]}}
+    try:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, meta["name"], patch)
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise
+
+
+def release_held(api: client.ApiClient, ns: str) -> None:
+    """Lets every job of `ns` that the harness still holds go, so that deleting the
+    namespace ends (a run cut short, or a campaign killed, before its TTL's job was let go)."""
+    custom = client.CustomObjectsApi(api)
+    for _ in range(RELEASE_TRIES):  # a 409: an operator wrote the job meanwhile
+        listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
+        held = [j for j in listed.get("items") or [] if HOLD in j["metadata"].get("finalizers", [])]
+        if not held:
+            return
+        for job in held:
+            release(custom, ns, job)
 
 
 def create_retrying(create: Callable[[], object]) -> None:

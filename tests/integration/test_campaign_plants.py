@@ -22,7 +22,7 @@ from campaign_scenarios import BY_NAME
 from faultrun import Campaign
 from localkube.testing import use_external_cluster
 
-SCENARIOS = [BY_NAME["success"], BY_NAME["gang-restart"]]
+SCENARIOS = [BY_NAME["success"], BY_NAME["gang-restart"], BY_NAME["ttl"]]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def violations(reference: Campaign, scenario: str, plant: str | None, tmp: Path)
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("scenario", ["success", "gang-restart"])
+@pytest.mark.parametrize("scenario", ["success", "gang-restart", "ttl"])
 def test_without_a_plant_a_run_keeps_every_invariant(
     reference: Campaign, scenario: str, tmp_path: Path
 ) -> None:
@@ -82,6 +82,8 @@ def test_without_a_plant_a_run_keeps_every_invariant(
         ("traceback", "success", "traceback in"),
         # Exits: an operator that ended by itself, not by a kill fault.
         ("exit", "success", "exited by itself (status 3)"),
+        # The TTL: a job deleted before it finished (held, so read as it was deleted).
+        ("early-ttl", "ttl", "deleted while 'Running', unfinished"),
     ],
 )
 def test_each_invariant_catches_its_planted_bug(

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from campaign_cluster import KindApiserver, kind_control_plane
-from campaign_run import NAMESPACE_PREFIX
+from campaign_run import NAMESPACE_PREFIX, release_held
 from kubernetes import client
 from localkube.testing import use_external_cluster
 
@@ -61,6 +61,7 @@ def campaign_cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         names = [ns.metadata.name for ns in core.list_namespace().items if ns.metadata]
         for name in names:
             if name and name.startswith(NAMESPACE_PREFIX):
+                release_held(kube, name)
                 core.delete_namespace(name)
         operator.start()
 

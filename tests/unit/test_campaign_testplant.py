@@ -37,6 +37,8 @@ def test_unset_every_hook_changes_nothing() -> None:
     assert testplant.twin(pods[0]) is None
     testplant.after_reconcile()
     testplant.after_creates(2)  # would exit the test run if it were planted
+    ttl = {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3}}}
+    assert not testplant.deleted_early(ttl, {"phase": "Running"})
 
 
 def test_a_name_that_is_no_plant_is_refused_at_start() -> None:
@@ -88,3 +90,11 @@ def test_double_create_twins_one_pod_per_attempt(monkeypatch: pytest.MonkeyPatch
     assert got["spec"]["containers"][0]["command"] == ["python", "-c", "pass"]
     assert testplant.twin(pod("j-1", 0)) is None
     assert testplant.twin(pod("j-0-a1", 1)) is not None
+
+
+def test_early_ttl_deletes_a_running_job_that_has_a_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(testplant, "PLANTED", "early-ttl")
+    ttl = {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3}}}
+    assert testplant.deleted_early(ttl, {"phase": "Running"})
+    assert not testplant.deleted_early(ttl, {"phase": "Pending"})
+    assert not testplant.deleted_early({"spec": {}}, {"phase": "Running"})  # no TTL

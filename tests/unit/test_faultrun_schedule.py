@@ -9,8 +9,7 @@ import sys
 import threading
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -18,8 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import faultrun  # noqa: E402
 from campaign_cluster import Apiserver  # noqa: E402
 from campaign_monitor import relist_events  # noqa: E402
-from campaign_run import Run, deleted_job, final_state  # noqa: E402
-from campaign_scenarios import SCENARIOS  # noqa: E402
+from campaign_run import Run, deleted_unfinished  # noqa: E402
+from campaign_scenarios import HOLD, SCENARIOS  # noqa: E402
 from faultrun import Campaign, Tally  # noqa: E402
 
 
@@ -198,23 +197,15 @@ def test_a_drivers_wait_does_not_count_the_apiservers_outages() -> None:
         c.wait("the job", lambda: False, timeout=0.1, interval=0.03)
 
 
-def test_a_ttl_job_the_watch_saw_deleted_is_judged_by_its_last_state_else_the_newest_finished() -> (
-    None
-):
-    def job(rv: int, phase: str | None) -> dict[str, Any]:
-        return {"metadata": {"name": "j", "resourceVersion": str(rv)}, "status": {"phase": phase}}
+def test_the_ttl_job_is_held_and_a_deletion_before_its_end_is_a_violation() -> None:
+    ttl = next(s for s in SCENARIOS if s.ttl)
+    assert ttl.doc("ttl-1")["metadata"]["finalizers"] == [HOLD]
+    assert all(HOLD not in (s.doc("x")["metadata"].get("finalizers") or []) for s in SCENARIOS
+               if not s.ttl)  # fmt: skip
 
-    running, finished = job(7, "Running"), job(9, "Succeeded")
-    assert final_state(running, True, finished) is running  # the DELETED event's own state
-    # An apiserver restarted between the delete and its event: no DELETED event.
-    assert final_state(None, False, None) is None
-    assert final_state(None, False, running) is None  # last seen running: unknown
-    assert final_state(running, False, finished) is finished  # the newer one
-    assert final_state(finished, False, running) is finished
-    assert final_state(job(10, "Running"), False, finished) is None  # newest not finished
+    def job(phase: str | None) -> dict[str, Any]:
+        return {"metadata": {"name": "j"}, "status": {"phase": phase}}
 
-
-def test_a_deletion_no_one_saw_the_end_of_is_the_harness_s_error() -> None:
-    unseen = cast(Any, SimpleNamespace(deleted=False, last=None))
-    with pytest.raises(RuntimeError, match="unwatched"):
-        deleted_job(unseen, None, "j", wait=0.1)
+    assert deleted_unfinished(job("Succeeded")) == deleted_unfinished(job("Failed")) == []
+    assert deleted_unfinished(job("Running")) == ["deleted while 'Running', unfinished"]
+    assert deleted_unfinished({"metadata": {"name": "j"}}) == ["deleted while None, unfinished"]

@@ -309,7 +309,7 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
         for ev in plan.events:
             # Events are for people: fire and forget, so a slow event never delays a job.
             self._events.submit(events.post, self.writes, job, ev.type, ev.reason, ev.message)
-        if plan.delete_job:
+        if plan.delete_job or testplant.deleted_early(job, plan.status):
             self._delete_job(job)
             return True
         if plan.requeue_after is not None:
