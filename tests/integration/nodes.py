@@ -215,11 +215,41 @@ def node_lost(
         with lost:
             yield
     finally:
+        wait_for(
+            f"{node} Ready again",
+            lambda: _healthy(core.read_node(node)),
+            timeout=ready_timeout,
+            interval=1,
+        )
 
-        def healthy() -> bool:
-            n: Any = core.read_node(node)
-            ready = next(c.status for c in n.status.conditions if c.type == "Ready")
-            taints = [t.key for t in n.spec.taints or []]
-            return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)
 
-        wait_for(f"{node} Ready again", healthy, timeout=ready_timeout, interval=1)
+# Every worker usable again after what an earlier test did to the cluster: a node lost and
+# back (NotReady for up to the node monitor's grace, 40 s by default, then its taints lifted)
+# or an apiserver restarted (the node controller re-reads every node's heartbeat).
+USABLE_TIMEOUT = 120.0
+
+
+def workers_usable(kube: client.ApiClient) -> None:
+    """Waits (up to USABLE_TIMEOUT) until every node meant for pods (no taint of its own
+    outside node.kubernetes.io/, such as the control plane's) is Ready, schedulable and
+    without a node.kubernetes.io/ taint: a test that spreads a job over two nodes must not
+    find one of them still healing from an earlier test."""
+    core = client.CoreV1Api(kube)
+
+    def unusable() -> list[str]:
+        listed: Any = core.list_node()
+        workers = [
+            n
+            for n in listed.items
+            if not any(not t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
+        ]
+        return [n.metadata.name for n in workers if n.spec.unschedulable or not _healthy(n)]
+
+    wait_for("every worker Ready and untainted", lambda: not unusable(), USABLE_TIMEOUT, 1)
+
+
+def _healthy(n: Any) -> bool:
+    """Ready, with no node.kubernetes.io/ taint (not-ready, unreachable, ...) left."""
+    ready = next((c.status for c in n.status.conditions or [] if c.type == "Ready"), None)
+    taints = [t.key for t in n.spec.taints or []]
+    return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)

@@ -16,7 +16,7 @@ import jobs
 import pytest
 from dtj import IMAGE, SMALL, apply, dtj_status, get_job, job_pods, wait_for
 from kubernetes import client
-from nodes import FAST_EVICTION, node_lost, spread, why_together
+from nodes import FAST_EVICTION, node_lost, spread, why_together, workers_usable
 
 # The node is lost by pausing a process node's heartbeats or freezing a kind node's container.
 pytestmark = [pytest.mark.host_nodes, pytest.mark.usefixtures("operator")]
@@ -67,6 +67,7 @@ def test_the_attempt_after_a_lost_node_keeps_off_it(
     cluster: Any, kube: client.ApiClient, namespace: str
 ) -> None:
     name = "lost-node-avoided"
+    workers_usable(kube)
     apply(kube, namespace, [sleeping_job(name)])
     core = client.CoreV1Api(kube)
     nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
@@ -112,6 +113,7 @@ def test_a_pod_left_terminating_on_a_dead_node_is_deleted_by_force(
     # The node's kubelet is gone: the evicted pod stays Terminating, and the next attempt,
     # whose pod of that index has the same hostname, would wait for it for ever.
     name = "dead-node"
+    workers_usable(kube)
     apply(kube, namespace, [sleeping_job(name)])
     nodes = wait_for("both pods running", lambda: placed(kube, namespace, name), 120, interval=1)
     node, other = nodes["1"], nodes["0"]

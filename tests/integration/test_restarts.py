@@ -29,7 +29,7 @@ import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, pod_log, wait_for, wait_phase
 from hostprocs import launcher_pid, worker_pids
 from kubernetes import client
-from nodes import FAST_EVICTION, node_lost, spread, why_together
+from nodes import FAST_EVICTION, node_lost, spread, why_together, workers_usable
 from shared_dir import SharedDir
 from torchrun_operator.api.ranks import parse_ranks
 
@@ -275,6 +275,7 @@ def test_lost_node_gang_restarts_and_resumes_from_checkpoint(
     doc = job_doc(name, train_command(EPOCHS, 0.75), ckpt=ckpt)
     # One pod per node while both nodes are up; the new gang fits on the surviving one.
     doc["spec"]["template"]["spec"]["affinity"] = spread(name)
+    workers_usable(kube)
     apply(kube, namespace, [script_configmap(name), doc])
     pod = wait_training(kube, namespace, name, 1, ckpt)
     node = pod.spec.node_name
