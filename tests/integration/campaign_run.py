@@ -38,6 +38,8 @@ NAMESPACE_PREFIX = "faults-"
 # loaded 2-core machine that took over a minute.
 NAMESPACE_READY_SECONDS = 180.0
 SETTLE_TIMEOUT = 90.0
+# Lists and releases before a run's namespace is deleted: a 409 (an operator wrote the job
+# in between) leaves a job held, and its namespace stuck Terminating.
 RELEASE_TRIES = 5
 PLANT_ENV = "TORCHRUN_OPERATOR_TEST_PLANT"
 
