@@ -223,29 +223,44 @@ def node_lost(
         )
 
 
-# Every worker usable again after what an earlier test did to the cluster: a node lost and
-# back (NotReady for up to the node monitor's grace, 40 s by default, then its taints lifted)
-# or an apiserver restarted (the node controller re-reads every node's heartbeat).
-USABLE_TIMEOUT = 120.0
+# Every worker usable again after what an earlier test left: a node lost and back (NotReady
+# for up to the node monitor's grace, 40 s by default, then its taints lifted), an apiserver
+# restarted, or pods still going with their namespace (on kind, an exclusive gang's pod whose
+# required anti-affinity closed its rack to every other pod outlived its test by minutes).
+USABLE_TIMEOUT = 180.0
 
 
 def workers_usable(kube: client.ApiClient) -> None:
     """Waits (up to USABLE_TIMEOUT) until every node meant for pods (no taint of its own
     outside node.kubernetes.io/, such as the control plane's) is Ready, schedulable and
-    without a node.kubernetes.io/ taint: a test that spreads a job over two nodes must not
-    find one of them still healing from an earlier test."""
+    without a node.kubernetes.io/ taint, and no pod on them is being deleted or belongs to a
+    namespace being deleted: a test that spreads a job over two nodes must not find one of
+    them still healing from, or held by, an earlier test."""
     core = client.CoreV1Api(kube)
 
     def unusable() -> list[str]:
         listed: Any = core.list_node()
-        workers = [
-            n
+        workers = {
+            n.metadata.name: n
             for n in listed.items
             if not any(not t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
+        }
+        out = [name for name, n in workers.items() if n.spec.unschedulable or not _healthy(n)]
+        spaces: Any = core.list_namespace()
+        going = {ns.metadata.name for ns in spaces.items if ns.status.phase == "Terminating"}
+        pods: Any = core.list_pod_for_all_namespaces()
+        out += [
+            f"{p.metadata.namespace}/{p.metadata.name} (going, on {p.spec.node_name})"
+            for p in pods.items
+            if p.spec.node_name in workers
+            and (p.metadata.deletion_timestamp or p.metadata.namespace in going)
         ]
-        return [n.metadata.name for n in workers if n.spec.unschedulable or not _healthy(n)]
+        return out
 
-    wait_for("every worker Ready and untainted", lambda: not unusable(), USABLE_TIMEOUT, 1)
+    try:
+        wait_for("every worker usable", lambda: not unusable(), USABLE_TIMEOUT, 1)
+    except TimeoutError as e:
+        raise TimeoutError(f"{e}: still {unusable()}") from None
 
 
 def _healthy(n: Any) -> bool:
