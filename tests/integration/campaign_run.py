@@ -348,14 +348,17 @@ def deleted_unfinished(job: dict[str, Any]) -> list[str]:
     return [] if phase in FINISHED else [f"deleted while {phase!r}, unfinished"]
 
 
+def held(job: dict[str, Any]) -> bool:
+    return HOLD in (job["metadata"].get("finalizers") or [])
+
+
 def release(custom: client.CustomObjectsApi, ns: str, job: dict[str, Any]) -> None:
     """Lets a job the harness holds (HOLD) go: its finalizers without ours, at the version
     read (a 409: the caller reads it again; a 404: gone already)."""
-    meta = job["metadata"]
-    finalizers = meta.get("finalizers") or []
-    if HOLD not in finalizers:
+    if not held(job):
         return
-    rest = [f for f in finalizers if f != HOLD]
+    meta = job["metadata"]
+    rest = [f for f in meta["finalizers"] if f != HOLD]
     patch = {"metadata": {"finalizers": rest, "resourceVersion": meta["resourceVersion"]}}
     try:
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, meta["name"], patch)
@@ -370,10 +373,10 @@ def release_held(api: client.ApiClient, ns: str) -> None:
     custom = client.CustomObjectsApi(api)
     for _ in range(RELEASE_TRIES):  # a 409: an operator wrote the job meanwhile
         listed: Any = custom.list_namespaced_custom_object(GROUP, VERSION, ns, PLURAL)
-        held = [j for j in listed.get("items") or [] if HOLD in j["metadata"].get("finalizers", [])]
-        if not held:
+        holding = [j for j in listed.get("items") or [] if held(j)]
+        if not holding:
             return
-        for job in held:
+        for job in holding:
             release(custom, ns, job)
 
 

@@ -73,6 +73,17 @@ def get_job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     return result
 
 
+def job_gone(api: client.ApiClient, namespace: str, name: str) -> bool:
+    """Whether the job is no more (a 404; any other error raises)."""
+    try:
+        get_job(api, namespace, name)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
 def wait_phase(
     api: client.ApiClient, namespace: str, name: str, phases: set[str], timeout: float = 240.0
 ) -> dict[str, Any]:

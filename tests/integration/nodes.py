@@ -240,11 +240,7 @@ def workers_usable(kube: client.ApiClient) -> None:
 
     def unusable() -> list[str]:
         listed: Any = core.list_node()
-        workers = {
-            n.metadata.name: n
-            for n in listed.items
-            if not any(not t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
-        }
+        workers = {n.metadata.name: n for n in listed.items if _meant_for_pods(n)}
         out = [name for name, n in workers.items() if n.spec.unschedulable or not _healthy(n)]
         spaces: Any = core.list_namespace()
         going = {ns.metadata.name for ns in spaces.items if ns.status.phase == "Terminating"}
@@ -263,8 +259,17 @@ def workers_usable(kube: client.ApiClient) -> None:
         raise TimeoutError(f"{e}: still {unusable()}") from None
 
 
+# The node controller's and kubelet's own taints (not-ready, unreachable, ...): the node's
+# state, not a choice of what may run there.
+STATE_TAINTS = "node.kubernetes.io/"
+
+
+def _meant_for_pods(n: Any) -> bool:
+    """No taint but the node's state (the control plane's own taint keeps pods off it)."""
+    return all(t.key.startswith(STATE_TAINTS) for t in n.spec.taints or [])
+
+
 def _healthy(n: Any) -> bool:
-    """Ready, with no node.kubernetes.io/ taint (not-ready, unreachable, ...) left."""
+    """Ready, with no taint of the node's state left."""
     ready = next((c.status for c in n.status.conditions or [] if c.type == "Ready"), None)
-    taints = [t.key for t in n.spec.taints or []]
-    return ready == "True" and not any(k.startswith("node.kubernetes.io/") for k in taints)
+    return ready == "True" and not any(t.key.startswith(STATE_TAINTS) for t in n.spec.taints or [])

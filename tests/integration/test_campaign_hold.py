@@ -12,9 +12,8 @@ import jobs
 import pytest
 from campaign_run import deleted_unfinished, release, release_held
 from campaign_scenarios import HOLD
-from dtj import GROUP, PLURAL, VERSION, create_job
+from dtj import GROUP, PLURAL, VERSION, create_job, job_gone
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from localkube.testing import wait_for
 
 pytestmark = pytest.mark.usefixtures("crd")
@@ -28,16 +27,6 @@ def held_job(kube: client.ApiClient, namespace: str, name: str, phase: str) -> N
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
 
 
-def gone(kube: client.ApiClient, namespace: str, name: str) -> bool:
-    try:
-        client.CustomObjectsApi(kube).get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name
-        )
-        return False
-    except ApiException as e:
-        return e.status == 404
-
-
 def test_a_deleted_job_is_read_as_it_was_deleted_until_the_harness_lets_it_go(
     kube: client.ApiClient, namespace: str
 ) -> None:
@@ -49,10 +38,10 @@ def test_a_deleted_job_is_read_as_it_was_deleted_until_the_harness_lets_it_go(
     assert job["metadata"]["deletionTimestamp"] and job["status"]["phase"] == "Succeeded"
     assert deleted_unfinished(job) == []
     release(custom, namespace, job)
-    wait_for("the finished job gone", lambda: gone(kube, namespace, "finished"), 30)
+    wait_for("the finished job gone", lambda: job_gone(kube, namespace, "finished"), 30)
 
     early: Any = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "cut-short")
     assert deleted_unfinished(early) == ["deleted while 'Running', unfinished"]
-    assert not gone(kube, namespace, "cut-short")  # still held
+    assert not job_gone(kube, namespace, "cut-short")  # still held
     release_held(kube, namespace)
-    wait_for("the held job gone", lambda: gone(kube, namespace, "cut-short"), 30)
+    wait_for("the held job gone", lambda: job_gone(kube, namespace, "cut-short"), 30)

@@ -6,9 +6,8 @@ from typing import Any
 
 import jobs
 import pytest
-from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_pods, wait_for, wait_phase
+from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_gone, job_pods, wait_for, wait_phase
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from torchrun_operator.api import timefmt
 
 pytestmark = pytest.mark.usefixtures("operator")
@@ -78,16 +77,6 @@ def children(kube: client.ApiClient, ns: str, name: str) -> list[str]:
     )
     left += [f"networkpolicy/{n.metadata.name}" for n in net.items]
     return left
-
-
-def job_gone(kube: client.ApiClient, ns: str, name: str) -> bool:
-    try:
-        get_job(kube, ns, name)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 def wait_ready(kube: client.ApiClient, ns: str, name: str, attempt: int) -> dict[str, Any]:
