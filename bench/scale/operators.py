@@ -4,6 +4,7 @@ and, for ours, an optional py-spy profile."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import subprocess
@@ -233,7 +234,7 @@ class Kubeflow(OperatorProc):
         ]
 
     def env(self) -> dict[str, str]:
-        # Its certificate rotator writes to the fixed KUBEFLOW_CERT_DIR, but its webhook server
+        # Its certificate rotator looks in the fixed KUBEFLOW_CERT_DIR, but its webhook server
         # reads $TMPDIR/k8s-webhook-server/serving-certs: with TMPDIR set elsewhere it exits
         # ("open .../tls.crt: no such file or directory").
         return dict(
@@ -275,17 +276,25 @@ class Kubeflow(OperatorProc):
         core = client.CoreV1Api(api)
         stop = threading.Event()
 
+        # Its rotator calls the certificates mounted as soon as tls.crt exists, and its webhook
+        # server then reads both files once, at start. So a previous run's files go first (else
+        # it starts on them while this run's are being written), the key lands before the
+        # certificate, and each file appears whole, by rename: an empty or half-written tls.crt
+        # made it exit with "tls: failed to find any PEM data in certificate input".
+        KUBEFLOW_CERT_DIR.mkdir(parents=True, exist_ok=True)
+        for name in ("tls.crt", "tls.key"):
+            (KUBEFLOW_CERT_DIR / name).unlink(missing_ok=True)
+
         def mount() -> None:  # the kubelet's job: the Secret's files into the cert dir
             while not stop.is_set():
                 data = core.read_namespaced_secret(
                     "training-operator-webhook-cert", KUBEFLOW_NS
                 ).data
                 if data and "tls.crt" in data and "tls.key" in data:
-                    import base64
-
-                    KUBEFLOW_CERT_DIR.mkdir(parents=True, exist_ok=True)
-                    for key in ("tls.crt", "tls.key"):
-                        (KUBEFLOW_CERT_DIR / key).write_bytes(base64.b64decode(data[key]))
+                    for name in ("tls.key", "tls.crt"):
+                        part = KUBEFLOW_CERT_DIR / f".{name}.part"
+                        part.write_bytes(base64.b64decode(data[name]))
+                        os.replace(part, KUBEFLOW_CERT_DIR / name)
                     return
                 time.sleep(0.2)
 
