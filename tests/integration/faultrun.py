@@ -433,23 +433,37 @@ def report(
         saved = {"meta": meta(args, c.drawn, parts), "tally": c.dump_tally()}
         args.json.write_text(json.dumps(saved, indent=1))
     if args.table:
-        minutes = sum(part["minutes"] for part in parts)
-        runs = sum(t.runs for t in c.tally.values())
-        fired = sum(sum(t.fired.values()) for t in c.tally.values())
-        short = runs < args.runs or fired < args.faults
-        header = (
-            f"Last full run: {time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit()}, seed "
-            f"{args.seed}, {args.per_run} faults scheduled per run, {runs} runs, {fired} faults "
-            f"fired, {minutes:.0f} minutes on the 2-core development machine"
-            + (f" in {len(parts)} parts (--resume)" if len(parts) > 1 else "")
-            + (
-                f" (stopped at the time limit, short of the {args.runs} runs and "
-                f"{args.faults} faults asked for)."
-                if short
-                else "."
-            )
-        )
+        header = table_header(c.tally, args, parts, time.strftime("%Y-%m-%d %H:%M %Z"), commit())
         write_table(args.table, table, header)
+
+
+def table_header(
+    tally: dict[str, Tally],
+    args: argparse.Namespace,
+    parts: list[dict[str, Any]],
+    when: str,
+    rev: str,
+) -> str:
+    """The line above the table: what ran, on which code, and whether it fell short."""
+    minutes = sum(part["minutes"] for part in parts)
+    runs = sum(t.runs for t in tally.values())
+    fired = sum(sum(t.fired.values()) for t in tally.values())
+    unjudged = sum(len(t.harness) for t in tally.values())
+    # Short: cut by --minutes, or by runs the harness could not finish (they count as started,
+    # so that a harness that always fails still ends, but are not judged).
+    short = runs < args.runs or fired < args.faults
+    return (
+        f"Last full run: {when}, commit {rev}, seed {args.seed}, {args.per_run} faults "
+        f"scheduled per run, {runs} runs, {fired} faults fired, {minutes:.0f} minutes on the "
+        "2-core development machine"
+        + (f" in {len(parts)} parts (--resume)" if len(parts) > 1 else "")
+        + (f"; {unjudged} more runs not judged (harness errors)" if unjudged else "")
+        + (
+            f" (short of the {args.runs} runs and {args.faults} faults asked for)."
+            if short
+            else "."
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -209,3 +209,17 @@ def test_the_ttl_job_is_held_and_a_deletion_before_its_end_is_a_violation() -> N
     assert deleted_unfinished(job("Succeeded")) == deleted_unfinished(job("Failed")) == []
     assert deleted_unfinished(job("Running")) == ["deleted while 'Running', unfinished"]
     assert deleted_unfinished({"metadata": {"name": "j"}}) == ["deleted while None, unfinished"]
+
+
+def test_the_tables_header_counts_judged_runs_and_says_what_was_not_judged() -> None:
+    args = faultrun.argparse.Namespace(seed=13, per_run=6, runs=3, faults=4)
+    parts = [{"minutes": 10.2}, {"minutes": 20.4}]
+    tally = {"a": Tally(runs=2, fired=Counter(kill=5)), "b": Tally(harness=["TimeoutError: x"])}
+    header = faultrun.table_header(tally, args, parts, "2026-11-28 10:00 UTC", "abc123")
+    assert header.startswith("Last full run: 2026-11-28 10:00 UTC, commit abc123, seed 13, 6 ")
+    assert "2 runs, 5 faults fired, 31 minutes" in header
+    assert "in 2 parts (--resume); 1 more runs not judged (harness errors)" in header
+    assert header.endswith("(short of the 3 runs and 4 faults asked for).")
+    tally["b"] = Tally(runs=1)
+    header = faultrun.table_header(tally, args, parts[:1], "when", "abc123")
+    assert header.endswith("3 runs, 5 faults fired, 10 minutes on the 2-core development machine.")
