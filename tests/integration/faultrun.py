@@ -97,6 +97,15 @@ class Tally:
     harness: list[str] = field(default_factory=list)
 
 
+def faults_fired(tally: dict[str, Tally]) -> int:
+    return sum(sum(t.fired.values()) for t in tally.values())
+
+
+def unjudged(tally: dict[str, Tally]) -> int:
+    """Runs the harness could not finish."""
+    return sum(len(t.harness) for t in tally.values())
+
+
 class Campaign(Runner):
     def __init__(
         self,
@@ -212,7 +221,7 @@ class Campaign(Runner):
         stop = time.monotonic() + minutes * 60 if minutes > 0 else float("inf")
         self.references(parallel)
         # An earlier part's runs and faults count towards what is wanted (--resume).
-        total = sum(sum(t.fired.values()) for t in self.tally.values())
+        total = faults_fired(self.tally)
         runs = sum(t.runs + len(t.harness) for t in self.tally.values())
         stopped = False
         running: dict[Future[Run], Scenario] = {}
@@ -245,7 +254,7 @@ class Campaign(Runner):
                             self.tally[s.name].harness.append(f"{type(e).__name__}: {e}"[:300])
                         print(f"{s.name}: HARNESS ERROR (not judged): {e!r}"[:400], flush=True)
                         runs += 1  # started: an always-failing harness must still end
-                        errors = sum(len(t.harness) for t in self.tally.values())
+                        errors = unjudged(self.tally)
                         if not stopped and errors >= max(HARNESS_ERRORS_MAX, runs // 10):
                             print(f"{errors} runs the harness could not finish: stopping")
                             stopped = True
@@ -447,8 +456,8 @@ def table_header(
     """The line above the table: what ran, on which code, and whether it fell short."""
     minutes = sum(part["minutes"] for part in parts)
     runs = sum(t.runs for t in tally.values())
-    fired = sum(sum(t.fired.values()) for t in tally.values())
-    unjudged = sum(len(t.harness) for t in tally.values())
+    fired = faults_fired(tally)
+    errors = unjudged(tally)
     # Short: cut by --minutes, or by runs the harness could not finish (they count as started,
     # so that a harness that always fails still ends, but are not judged).
     short = runs < args.runs or fired < args.faults
@@ -457,7 +466,7 @@ def table_header(
         f"scheduled per run, {runs} runs, {fired} faults fired, {minutes:.0f} minutes on the "
         "2-core development machine"
         + (f" in {len(parts)} parts (--resume)" if len(parts) > 1 else "")
-        + (f"; {unjudged} more runs not judged (harness errors)" if unjudged else "")
+        + (f"; {errors} more runs not judged (harness errors)" if errors else "")
         + (
             f" (short of the {args.runs} runs and {args.faults} faults asked for)."
             if short
