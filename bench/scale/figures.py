@@ -145,6 +145,22 @@ def _alive_running(p: PodObs) -> bool:
     return p.phase == "Running" and not p.deleting and not p.gone
 
 
+def victim(pods: list[PodObs], job: str) -> PodObs | None:
+    """The pod a gang-restart run fails: the job's second Running pod by name (a worker,
+    never rank 0 / the master), else its only one; None when none of its pods runs any more
+    (they finished before the job's status caught up with them)."""
+    latest = _latest([p for p in pods if p.job == job])
+    alive = sorted((p for p in latest.values() if _alive_running(p)), key=lambda p: p.name)
+    if not alive:
+        return None
+    return alive[1] if len(alive) > 1 else alive[0]
+
+
+# Recorded, in place of the restart figures, for a run whose pods all finished before its
+# job's status counted them all Running (Trainer v2's `big` at its defaults did, 2026-11-29).
+NO_POD_TO_FAIL = "its job's status counted every pod Running only after the pods had finished"
+
+
 def all_running_times(pods: list[PodObs], nodes: int) -> dict[str, float]:
     """Per job, the first time every one of its `nodes` pods was Running at once."""
     state: dict[str, PodObs] = {}

@@ -94,6 +94,20 @@ def rows(
 
 
 TRAINER_LABEL = "Trainer v2 + JobSet"
+LABELS = {OURS: OURS, KUBEFLOW: KUBEFLOW, TRAINER: TRAINER_LABEL}
+
+
+def unmeasured(w: Workload, results: dict[str, dict[str, Any]]) -> list[str]:
+    """Why a kind's restart figures read n/a: a run that had no pod left to fail says so."""
+    if not w.gang_restart:
+        return []
+    return [
+        f"{LABELS[k]}: no restart measured: {results[k]['restart_not_run']}"
+        for k in (OURS, KUBEFLOW, TRAINER)
+        if (results.get(k) or {}).get("restart_not_run")
+    ]
+
+
 HEADER = ("figure", OURS, KUBEFLOW, "ratio", TRAINER_LABEL, "ratio", "direct client (no operator)")
 
 
@@ -108,7 +122,8 @@ def markdown_table(
         "| " + " | ".join(["---"] + ["---:"] * (len(HEADER) - 1)) + " |",
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows(w, results, direct)]
-    return "\n".join(lines)
+    notes = unmeasured(w, results)
+    return "\n".join(lines + ([""] + [f"- {n}" for n in notes] if notes else []))
 
 
 def text_table(
@@ -123,7 +138,7 @@ def text_table(
         f", {setting}" if setting else ""
     )
     body = ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)) for r in table]
-    return "\n".join([head, *body])
+    return "\n".join([head, *body, *unmeasured(w, results)])
 
 
 BEGIN = "<!-- bench-scale:begin -->"

@@ -203,7 +203,8 @@ class Bench:
             make = MAKE_JOB[kind]
             path = f"/apis/{gv}/namespaces/{ns}/{plural}"
             parallel([make(w, n) for n in names], lambda j: create_raw(self.api, path, j))
-        fault_uid = None
+        fault_uid: str | None = None
+        no_fault: str | None = None
         try:
             if kind == DIRECT or w.gang_restart:
                 wait(
@@ -216,14 +217,23 @@ class Bench:
                     0.1,
                 )
             if w.gang_restart and kind != DIRECT:
-                # Fail a pod only once the job's own status counts every pod running.
+                # Fail a pod only once the job's own status counts every pod running. A status
+                # that catches up only after the pods have finished leaves none to fail: that
+                # is the anchor's figure, recorded, not a failed run.
                 wait(
                     f"{ns}: job status Running",
-                    lambda: rec.check() and self._running(rec, names),
+                    lambda: (
+                        rec.check()
+                        and (self._running(rec, names) or self._none_left(rec, names[0]))
+                    ),
                     timeout,
                     0.1,
                 )
-                fault_uid = self._fail_one(ns, rec, names[0])
+                target = figures.victim(list(rec.pods), names[0])
+                if target is None:
+                    no_fault = figures.NO_POD_TO_FAIL
+                else:
+                    fault_uid = self._fail(ns, target)
             if kind != DIRECT:
                 wait(
                     f"{ns}: every job finished",
@@ -266,6 +276,8 @@ class Bench:
         restarts = list(rec.restarts) if kind == TRAINER else None
         out.update(figures.compute(w, kind, list(rec.pods), list(rec.jobs), t0, fault_uid,
                                    restarts))  # fmt: skip
+        if no_fault:
+            out["restart_not_run"] = no_fault
         if kind != DIRECT and out["jobs_succeeded"] != len(names):
             raise BenchError(
                 f"{kind}: {out['jobs_succeeded']}/{len(names)} jobs of {ns} Succeeded, "
@@ -293,18 +305,17 @@ class Bench:
             "job_controller_requests_by_verb": dict(job.by_verb),
         }  # fmt: skip
 
-    def _fail_one(self, ns: str, rec: Recorder, job: str) -> str:
-        """Fails the job's second pod (by name: a worker, never rank 0 / the master) with exit
-        code 137, as the OOM killer or a lost node would; KWOK's bench-pod-fail stage does."""
-        latest = {p.uid: p for p in rec.pods if p.job == job}
-        alive = sorted((p for p in latest.values() if p.phase == "Running"), key=lambda p: p.name)
-        if not alive:
-            raise BenchError(f"{ns}: no Running pod of {job} to fail ({len(latest)} pods seen)")
-        victim = alive[1] if len(alive) > 1 else alive[0]
+    def _fail(self, ns: str, pod: figures.PodObs) -> str:
+        """Fails the pod with exit code 137, as the OOM killer or a lost node would; KWOK's
+        bench-pod-fail stage does."""
         client.CoreV1Api(self.api).patch_namespaced_pod(
-            victim.name, ns, {"metadata": {"annotations": {FAIL_EXIT_CODE: "137"}}}
+            pod.name, ns, {"metadata": {"annotations": {FAIL_EXIT_CODE: "137"}}}
         )
-        return victim.uid
+        return pod.uid
+
+    @staticmethod
+    def _none_left(rec: Recorder, job: str) -> bool:
+        return figures.victim(list(rec.pods), job) is None
 
     @staticmethod
     def _running(rec: Recorder, names: list[str]) -> bool:

@@ -18,8 +18,9 @@ from bench.scale.figures import (  # noqa: E402
     job_obs,
     percentile,
     status_lags,
+    victim,
 )
-from bench.scale.workloads import KUBEFLOW, OURS, Workload  # noqa: E402
+from bench.scale.workloads import KUBEFLOW, OURS, TRAINER, Workload  # noqa: E402
 
 
 def pod(t: float, uid: str, phase: str, job: str = "w-0", gone: bool = False) -> PodObs:
@@ -130,3 +131,21 @@ def test_table_ratio_is_theirs_over_ours_and_has_every_row() -> None:
     assert rows[0][1:4] == ("2.00", "5.00", "2.50x")
     assert rows[0][4:6] == ("not run", "n/a")
     assert len(rows) == len([f for f in report.FIGURES if not f[0].startswith("restart")])
+
+
+def test_victim_is_a_running_worker_and_none_once_every_pod_finished() -> None:
+    pods = [pod(1, "b", "Running"), pod(1, "a", "Running"), pod(1, "c", "Running")]
+    assert victim(pods, "w-0") == pods[0]  # pod-b: the second by name, never pod-a
+    assert victim([*pods, pod(2, "b", "Succeeded"), pod(2, "c", "Failed")], "w-0") == pods[1]
+    finished = [pod(3, u, "Succeeded") for u in "abc"]
+    assert victim([*pods, *finished], "w-0") is None
+    assert victim(pods, "other-job") is None
+
+
+def test_a_run_with_no_pod_left_to_fail_is_named_under_its_table() -> None:
+    w = Workload("big", jobs=1, nodes=2, run_seconds=1, gang_restart=True)
+    results = {OURS: {"restart_s": 3.0}, TRAINER: {"restart_not_run": "pods finished first"}}
+    table = report.markdown_table(w, results)
+    assert table.endswith("- Trainer v2 + JobSet: no restart measured: pods finished first")
+    assert "no restart measured" in report.text_table(w, results)
+    assert not report.unmeasured(Workload("mid", jobs=1, nodes=2, run_seconds=1), results)
