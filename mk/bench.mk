@@ -2,9 +2,9 @@
 # Kubeflow's training-operator and Kubeflow Trainer v2 + JobSet (built from their Go modules by
 # cluster/build.sh all) and a direct client, then the scaling series; prints the tables and
 # writes the figures into bench/README.md and the chart into bench/scale/scaling.png. Every
-# operator runs at two client-limit settings (bench/scale/limits.py). An estimated 65 minutes
-# on 2 cores (the tables took 24 at one setting, the series 20). `make bench-smoke`: the tables on tiny workloads
-# (about 3 minutes).
+# operator runs at two client-limit settings (bench/scale/limits.py). 66 minutes on 2 cores
+# (2026-11-29: the cluster 2, the tables 29 at the anchors' defaults and 18 at raised limits,
+# the series 17). `make bench-smoke`: the tables on tiny workloads (about 3 minutes).
 .PHONY: bench bench-smoke bench-build bench-venv
 
 bench-build:

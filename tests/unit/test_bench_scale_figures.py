@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -144,7 +145,10 @@ def test_victim_is_a_running_worker_and_none_once_every_pod_finished() -> None:
 
 def test_a_run_with_no_pod_left_to_fail_is_named_under_its_table() -> None:
     w = Workload("big", jobs=1, nodes=2, run_seconds=1, gang_restart=True)
-    results = {OURS: {"restart_s": 3.0}, TRAINER: {"restart_not_run": "pods finished first"}}
+    results: dict[str, dict[str, Any]] = {
+        OURS: {"restart_s": 3.0},
+        TRAINER: {"restart_not_run": "pods finished first"},
+    }
     table = report.markdown_table(w, results)
     assert table.endswith("- Trainer v2 + JobSet: no restart measured: pods finished first")
     assert "no restart measured" in report.text_table(w, results)
