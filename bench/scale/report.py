@@ -108,7 +108,10 @@ def unmeasured(w: Workload, results: dict[str, dict[str, Any]]) -> list[str]:
     ]
 
 
-HEADER = ("figure", OURS, KUBEFLOW, "ratio", TRAINER_LABEL, "ratio", "direct client (no operator)")
+HEADER = (
+    "figure", LABELS[OURS], LABELS[KUBEFLOW], "ratio", LABELS[TRAINER], "ratio",
+    "direct client (no operator)",
+)  # fmt: skip
 
 
 def markdown_table(
