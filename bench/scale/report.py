@@ -102,9 +102,9 @@ def unmeasured(w: Workload, results: dict[str, dict[str, Any]]) -> list[str]:
     if not w.gang_restart:
         return []
     return [
-        f"{LABELS[k]}: no restart measured: {results[k]['restart_not_run']}"
-        for k in (OURS, KUBEFLOW, TRAINER)
-        if (results.get(k) or {}).get("restart_not_run")
+        f"{label}: no restart measured: {why}"
+        for k, label in LABELS.items()
+        if (why := (results.get(k) or {}).get("restart_not_run"))
     ]
 
 

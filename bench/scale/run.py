@@ -204,7 +204,6 @@ class Bench:
             path = f"/apis/{gv}/namespaces/{ns}/{plural}"
             parallel([make(w, n) for n in names], lambda j: create_raw(self.api, path, j))
         fault_uid: str | None = None
-        no_fault: str | None = None
         try:
             if kind == DIRECT or w.gang_restart:
                 wait(
@@ -230,9 +229,7 @@ class Bench:
                     0.1,
                 )
                 target = figures.victim(list(rec.pods), names[0])
-                if target is None:
-                    no_fault = figures.NO_POD_TO_FAIL
-                else:
+                if target is not None:
                     fault_uid = self._fail(ns, target)
             if kind != DIRECT:
                 wait(
@@ -276,8 +273,8 @@ class Bench:
         restarts = list(rec.restarts) if kind == TRAINER else None
         out.update(figures.compute(w, kind, list(rec.pods), list(rec.jobs), t0, fault_uid,
                                    restarts))  # fmt: skip
-        if no_fault:
-            out["restart_not_run"] = no_fault
+        if w.gang_restart and kind != DIRECT and fault_uid is None:
+            out["restart_not_run"] = figures.NO_POD_TO_FAIL
         if kind != DIRECT and out["jobs_succeeded"] != len(names):
             raise BenchError(
                 f"{kind}: {out['jobs_succeeded']}/{len(names)} jobs of {ns} Succeeded, "
