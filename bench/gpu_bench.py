@@ -570,11 +570,19 @@ def cpu_list(cpus: Sequence[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
-def _tail(log: Path, lines: int = 40) -> str:
+# torchrun's own report of a failed worker (its traceback and the "Root Cause" table) is about
+# 45 lines: a tail of 40 showed only that and cut off what the worker itself said before it.
+FAILURE_TAIL_LINES = 150
+
+
+def _tail(log: Path, lines: int = FAILURE_TAIL_LINES) -> str:
+    """The log's last `lines` lines, without the JSON result lines (a rank's facts run to
+    kilobytes and say nothing of why it failed)."""
     try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+        text = log.read_text(errors="replace")
     except OSError:
         return "(no output)"
+    return "\n".join([line for line in text.splitlines() if not line.startswith("{")][-lines:])
 
 
 def _summary(path: Path | None) -> dict[str, Any] | None:

@@ -45,6 +45,10 @@ def _run_smoke(tmp_path: Path, *args: str) -> tuple[str, list[str], dict[str, An
             "90",
             "--json-out",
             str(out_json),
+            # Every process's whole log stays with the test's tmp_path (pytest keeps the last
+            # runs'): a worker that died once under load is read there, not guessed at.
+            "--keep",
+            str(tmp_path / "logs"),
         ],
         cwd=tmp_path,
         env=env,
@@ -52,7 +56,7 @@ def _run_smoke(tmp_path: Path, *args: str) -> tuple[str, list[str], dict[str, An
         text=True,
         timeout=140,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"logs in {tmp_path / 'logs'}\n{proc.stdout}{proc.stderr}"
     return proc.stdout, proc.stdout.splitlines(), json.loads(out_json.read_text())
 
 
