@@ -177,17 +177,19 @@ def _serves(custom: client.CustomObjectsApi) -> bool:
 
 
 # What a restarting apiserver answers before it serves: 503 while it installs its paths, 403
-# (to the admin too) until its RBAC caches have synced. Nothing was written either way.
-RESTARTING_STATUSES = frozenset({403, 503})
+# (to the admin too) until its RBAC caches have synced, and 429 (with Retry-After) while its
+# priority and fairness queues are full of every client coming back at once (kind's, in a
+# kind run). Nothing was written in any of them.
+RESTARTING_STATUSES = frozenset({403, 429, 503})
 
 
 def resilient_client(kubeconfig: Path) -> client.ApiClient:
     """The campaign's own client: a request the apiserver refused because it was down (a
     restart fault of any run) is tried again for about a minute, and so are a TLS handshake
     it broke off while starting, a read whose connection broke, and a read or an idempotent
-    write answered 503 (a restarted apiserver installing its paths) or 403 (kind's, before
-    its RBAC caches have synced, refuses even the admin); other writes are not (they may
-    have landed: see create_retrying)."""
+    write answered 503 (a restarted apiserver installing its paths), 403 (kind's, before
+    its RBAC caches have synced, refuses even the admin) or 429 (its queues full: after the
+    Retry-After it names); other writes are not (they may have landed: see create_retrying)."""
     cfg = client.Configuration()
     config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.retries = urllib3.Retry(
