@@ -97,9 +97,11 @@ class KindApiserver(Apiserver):
     """The apiserver of a kind cluster of this host (tests/e2e/kind.sh): a static pod in the
     control-plane node's container, whose processes this host sees. Stopped as localkube's
     is (SIGSTOP, then SIGCONT); restarted by killing it while the node's kubelet is stopped,
-    which then starts it again `down_for` s later. The kubelet's back-off between restarts
-    of one container (10 s, doubling) makes this right for a few restarts, as the CI subset
-    makes, not for a whole campaign's hundreds."""
+    then, `down_for` s later, killing that kubelet too: the node's systemd starts a new one
+    (Restart=always, 1 s), which starts the apiserver at once. Resuming the old kubelet
+    instead left the apiserver in its crash back-off (10 s, doubling to 5 minutes, forgotten
+    only after 10 minutes up): a second campaign on a kept cluster found it down for minutes
+    and every run's client gave up."""
 
     def __init__(self, kubeconfig: Path, container: str) -> None:
         super().__init__(None)
@@ -127,7 +129,8 @@ class KindApiserver(Apiserver):
                 os.kill(self.pid(), signal.SIGKILL)
                 time.sleep(down_for)
             finally:
-                os.kill(kubelet, signal.SIGCONT)
+                # A stopped process takes SIGKILL as well; its systemd unit starts a new one.
+                os.kill(kubelet, signal.SIGKILL)
             custom = client.CustomObjectsApi(resilient_client(self.kubeconfig))
             wait_for("our API served", lambda: _serves(custom), 180, interval=0.5)
 

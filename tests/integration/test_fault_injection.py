@@ -46,13 +46,13 @@ def campaign_cluster(request: pytest.FixtureRequest) -> Iterator[list[str]]:
     cluster: Any = request.getfixturevalue("cluster")
     kube: Any = request.getfixturevalue("kube")
     operator: Any = request.getfixturevalue("operator")
+    # Asked now, while the API serves: after the campaign it may not yet.
+    container = kind_control_plane(Path(cluster.kubeconfig))
     operator.kill()
     try:
         yield ["--kubeconfig", str(cluster.kubeconfig)]
     finally:
-        # A campaign killed mid-fault can leave the apiserver stopped or in the kubelet's
-        # back-off after a restart.
-        container = kind_control_plane(Path(cluster.kubeconfig))
+        # A campaign killed mid-fault can leave the apiserver stopped or still starting.
         if container:
             KindApiserver(Path(cluster.kubeconfig), container).recover()
         # A campaign that was killed leaves its runs' namespaces (faults-<n>-<hex>), with jobs
