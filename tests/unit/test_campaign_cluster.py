@@ -18,6 +18,7 @@ import pytest  # noqa: E402
 from campaign_cluster import resilient_client  # noqa: E402
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
+from localkube.kubeconfig import render_kubeconfig, write_kubeconfig  # noqa: E402
 
 EMPTY = {"kind": "NamespaceList", "apiVersion": "v1", "metadata": {}, "items": []}
 
@@ -60,13 +61,11 @@ def serve() -> Iterator[Serve]:
         srv = Refusing(answers)
         servers.append(srv)
         threading.Thread(target=srv.serve_forever, daemon=True).start()
-        kubeconfig = tmp / "kubeconfig"
-        kubeconfig.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "c",
-            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{srv.server_port}"}}],
-            "users": [{"name": "u", "user": {"token": "t"}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        }))  # fmt: skip
+        # Plain HTTP: no CA is read.
+        server = f"http://127.0.0.1:{srv.server_port}"
+        kubeconfig = write_kubeconfig(
+            tmp / "kubeconfig", render_kubeconfig(server, b"", "u", token="t")
+        )
         return srv, client.CoreV1Api(resilient_client(kubeconfig))
 
     yield start
