@@ -20,7 +20,7 @@ from typing import Any
 import urllib3
 from campaign_scenarios import KUEUE, SKEWED_NODES, Scenario, needs_of
 from dtj import GROUP, PLURAL, VERSION
-from hostprocs import descendants_named
+from hostprocs import descendants_named, stopped
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from localkube.testing import wait_for
@@ -137,13 +137,17 @@ class KindApiserver(Apiserver):
         self._do(act)
 
     def recover(self, timeout: float = 360) -> None:
-        """After a campaign that may have been killed mid-fault: the node's kubelet and
-        apiserver go on (SIGCONT; harmless when running), and the API serves again. A
-        restarted apiserver can sit in the kubelet's crash back-off for up to 5 minutes."""
-        for name in ("kubelet", "kube-apiserver"):
-            # RuntimeError: not running now (the kubelet starts it again)
-            with contextlib.suppress(RuntimeError):
-                os.kill(self._node_process(name), signal.SIGCONT)
+        """After a campaign that may have been killed mid-fault: a kubelet left stopped (by a
+        restart) is killed, as restart ends, so that a new one starts the apiserver without
+        the old one's crash back-off; a paused apiserver goes on (SIGCONT; harmless when
+        running); then the API serves again."""
+        # RuntimeError: not running now (systemd starts the kubelet, the kubelet the apiserver)
+        with contextlib.suppress(RuntimeError):
+            kubelet = self._node_process("kubelet")
+            if stopped(kubelet):
+                os.kill(kubelet, signal.SIGKILL)
+        with contextlib.suppress(RuntimeError):
+            os.kill(self.pid(), signal.SIGCONT)
         custom = client.CustomObjectsApi(resilient_client(self.kubeconfig))
         wait_for("our API served", lambda: _serves_now(custom), timeout, interval=1)
 

@@ -32,6 +32,12 @@ def start_time(pid: int) -> int | None:
     return int(fields[19]) if fields else None
 
 
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (state T); a process gone is not."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] == "T"
+
+
 def _parent(pid: int) -> int | None:
     fields = _stat(pid)
     return int(fields[1]) if fields else None

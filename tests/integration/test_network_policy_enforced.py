@@ -95,10 +95,24 @@ while not released():
         os.replace(progress + ".tmp", progress)
     time.sleep(0.5)
 
+def address(host, patience=60.0):
+    # Pod 0 by name, with patience: a CI run saw one lookup fail (EAI_AGAIN) from the cluster
+    # DNS, which no policy judges (ingress only), and the connections below are what is tested.
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        except socket.gaierror as e:
+            if time.monotonic() > deadline:
+                raise
+            print(f"rank {rank}: {host} did not resolve ({e}); again", flush=True)
+            time.sleep(1)
+
 # Enforced now: new connections from this job's pods to pod 0's ports pass.
 pod0 = os.environ["POD0"]
+ip0 = address(pod0)
 for port in (int(os.environ["RDZV_PORT"]), int(os.environ["STATUS_PORT"])):
-    socket.create_connection((pod0, port), timeout=30).close()
+    socket.create_connection((ip0, port), timeout=30).close()
 group = dist.new_group(backend="gloo")  # new gloo connections, on ephemeral ports
 t = torch.ones(1)
 dist.all_reduce(t, group=group)

@@ -1,0 +1,35 @@
+"""tests/integration/hostprocs.py: what it reads from this host's /proc about a real process."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests" / "integration"), str(ROOT / "operator")]
+
+from hostprocs import start_time, stopped  # noqa: E402
+from localkube.testing import wait_for  # noqa: E402
+
+
+def test_stopped_follows_sigstop_and_sigcont_and_a_process_gone_is_not(tmp_path: Path) -> None:
+    # A command named ") T (" (the name of the path it was run by): the state is read after
+    # the last parenthesis, not the first.
+    exe = tmp_path / ") T ("
+    exe.symlink_to(shutil.which("sleep") or "/bin/sleep")
+    proc = subprocess.Popen([str(exe), "60"])
+    try:
+        wait_for("sleep to run", lambda: start_time(proc.pid) is not None, 10, interval=0.05)
+        assert Path(f"/proc/{proc.pid}/comm").read_text() == ") T (\n"
+        assert not stopped(proc.pid)
+        proc.send_signal(signal.SIGSTOP)
+        wait_for("the process to stop", lambda: stopped(proc.pid), 10, interval=0.05)
+        proc.send_signal(signal.SIGCONT)
+        wait_for("the process to go on", lambda: not stopped(proc.pid), 10, interval=0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not stopped(proc.pid)
