@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests" / "integration"), str(ROOT / "operator")]
+sys.path[:0] = [str(ROOT / d) for d in ("tests/integration", "operator", "cluster")]
 
-from hostprocs import start_time, stopped  # noqa: E402
+from hostprocs import stopped  # noqa: E402
 from localkube.testing import wait_for  # noqa: E402
 
 
@@ -20,9 +20,8 @@ def test_stopped_follows_sigstop_and_sigcont_and_a_process_gone_is_not(tmp_path:
     # the last parenthesis, not the first.
     exe = tmp_path / ") T ("
     exe.symlink_to(shutil.which("sleep") or "/bin/sleep")
-    proc = subprocess.Popen([str(exe), "60"])
+    proc = subprocess.Popen([str(exe), "60"])  # returns once the exec has succeeded
     try:
-        wait_for("sleep to run", lambda: start_time(proc.pid) is not None, 10, interval=0.05)
         assert Path(f"/proc/{proc.pid}/comm").read_text() == ") T (\n"
         assert not stopped(proc.pid)
         proc.send_signal(signal.SIGSTOP)
