@@ -20,9 +20,12 @@ def test_stopped_follows_sigstop_and_sigcont_and_a_process_gone_is_not(tmp_path:
     # the last parenthesis, not the first.
     exe = tmp_path / ") T ("
     exe.symlink_to(shutil.which("sleep") or "/bin/sleep")
-    proc = subprocess.Popen([str(exe), "60"])  # returns once the exec has succeeded
+    proc = subprocess.Popen([str(exe), "60"])
+    comm = Path(f"/proc/{proc.pid}/comm")
     try:
-        assert Path(f"/proc/{proc.pid}/comm").read_text() == ") T (\n"
+        # Popen returns once the exec closed its error pipe, which the kernel does before it
+        # renames the process: under load the name is still python's for a moment.
+        wait_for("the exec to rename the process", lambda: comm.read_text() == ") T (\n", 10)
         assert not stopped(proc.pid)
         proc.send_signal(signal.SIGSTOP)
         wait_for("the process to stop", lambda: stopped(proc.pid), 10, interval=0.05)
