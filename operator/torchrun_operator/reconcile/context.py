@@ -156,6 +156,9 @@ class Seen:
     candidates: list[Candidate] = field(default_factory=list)
     current: dict[int, PodView] = field(default_factory=dict)
     slots: dict[int, tuple[str, PodView | None]] = field(default_factory=dict)  # name, pod
+    # Pods the operator last saw Pending and sees Running now: bound this moment, perhaps in
+    # the room pods that gave up on them freed (hang.absent_reason).
+    started_now: set[int] = field(default_factory=set)
 
 
 def renamed(record: Any) -> Any:

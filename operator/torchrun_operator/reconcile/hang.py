@@ -112,11 +112,14 @@ def absent_reason(
     now: float,
     join_timeout: int,
     slack: float = STALL_GRACE_SECONDS,
+    started_now: bool = False,
 ) -> tuple[int, str] | None:
     """Why this pod did not join a rendezvous, with an ordering key (lower is
     more telling); None when it did join, or may still be waiting: a Running pod without a
     report is waiting for `join_timeout` (+ `slack`) after the operator first saw it Running
-    (`seen`), stuck afterwards."""
+    (`seen`), stuck afterwards. `started_now`: launchers already gave up waiting, and the
+    operator saw this pod Pending until now; the scheduler may have bound it in the room
+    they freed, so it never started in time, however it runs now."""
     if pod is None:
         return 0, "was never created"
     if pod.ready or pod.phase == "Succeeded":
@@ -128,6 +131,8 @@ def absent_reason(
         return 1, "was deleted before it joined"
     if pod.phase == "Pending":
         return 0, _pending_why(pod)
+    if pod.phase == "Running" and started_now:
+        return 0, "never started in time (Pending until the others gave up waiting)"
     if pod.phase == "Running":
         if seen.running is not None and now < seen.running + join_timeout + slack:
             return None
@@ -142,13 +147,16 @@ def absentees(
     seen: Mapping[int, Watched],
     now: float,
     join_timeout: int,
+    started_now: frozenset[int] | set[int] = frozenset(),
 ) -> list[Absent]:
     """Pods (index -> (pod name, observed pod)) that did not arrive, most telling first
-    (never started, then failed, then stuck), by index within each."""
+    (never started, then failed, then stuck), by index within each. `started_now`: the
+    indexes of pods the operator saw Pending until now, when launchers already gave up."""
     out = []
     for i in sorted(pods):
         name, pod = pods[i]
-        found = absent_reason(pod, seen.get(i, Watched()), now, join_timeout)
+        watched = seen.get(i, Watched())
+        found = absent_reason(pod, watched, now, join_timeout, started_now=i in started_now)
         if found is not None:
             order, why = found
             out.append(Absent(i, name, pod.node if pod else None, why, order))

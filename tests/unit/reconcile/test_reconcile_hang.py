@@ -80,6 +80,27 @@ def test_a_launcher_that_started_later_is_still_waiting_not_absent() -> None:
     assert "pods job-0, job-1 waited" in failure["message"]
 
 
+def test_a_pending_pod_bound_in_the_room_the_others_freed_still_never_started() -> None:
+    job, pods = start(make_job(nodes=3, rendezvous={"joinTimeoutSeconds": 20}))
+    pods = [running(pods[0], False), running(pods[1], False), unschedulable(pods[2])]
+    _, job, pods = step(job, pods, 2)  # the operator sees pod 2 Pending
+    # The others give up and exit; the scheduler binds pod 2 in the room they freed, and it
+    # is Running by the time the operator looks.
+    pods = [
+        set_terminated(pods[0], 1, RDZV_TIMEOUT, t=22),
+        set_terminated(pods[1], 1, RDZV_TIMEOUT, t=22),
+        running(pods[2], False, t=22),
+    ]
+    plan, _, _ = step(job, pods, 22)
+    failure = plan.status["failure"]
+    assert (failure["reason"], failure["index"]) == ("RendezvousTimeout", 2)
+    assert failure["pod"] == "job-2"
+    late = "pod job-2 (index 2) never started in time (Pending until the others gave up waiting)"
+    message = failure["message"]
+    assert late in message, message
+    assert "pods job-0, job-1 waited joinTimeoutSeconds (20s)" in message
+
+
 def test_a_pod_that_lost_the_store_host_had_joined() -> None:
     lost = report("Failed", message="RendezvousConnectionError: connection to the C10d store")
     job, pods = start(make_job(nodes=3))
@@ -280,6 +301,14 @@ def test_a_running_pod_is_waiting_until_its_join_timeout_then_stuck() -> None:
     assert hang.absent_reason(pod, seen, at(limit - 1).timestamp(), 20) is None
     got = hang.absent_reason(pod, seen, at(limit).timestamp(), 20)
     assert got is not None and got[1].startswith("is Running but never joined")
+
+
+def test_a_pod_running_only_since_the_others_gave_up_never_started_in_time() -> None:
+    pod, now = pod_view(phase="Running"), at(30).timestamp()
+    seen = hang.Watched(running=now)  # seen Running only now: its own join timeout runs
+    assert hang.absent_reason(pod, seen, now, 20) is None
+    got = hang.absent_reason(pod, seen, now, 20, started_now=True)
+    assert got == (0, "never started in time (Pending until the others gave up waiting)")
 
 
 def test_absent_reason_of_a_pod_never_created_or_that_waited() -> None:

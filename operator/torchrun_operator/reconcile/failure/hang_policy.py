@@ -21,7 +21,8 @@ def name_absentees(ctx: Ctx, seen: Seen, cause: Candidate) -> Candidate:
     """A rendezvous timeout is caused by the pods that never arrived: name them (the first
     as the failure's pod), not the launcher that gave up waiting."""
     join = ctx.spec.rendezvous.join_timeout_seconds
-    absent = hang.absentees(seen.slots, hang.watched(entries(ctx.status)), ctx.now, join)
+    watched = hang.watched(entries(ctx.status))
+    absent = hang.absentees(seen.slots, watched, ctx.now, join, seen.started_now)
     if not absent:
         return cause
     missing = {a.node_index for a in absent}
