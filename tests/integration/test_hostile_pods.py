@@ -1,9 +1,9 @@
 """Nothing a pod says may hurt the operator (issue 24 §2; docs/security.md, docs/pod-contract.md).
 
-Job "hostile": each pod has a sidecar that binds the launcher's status port (it races the
-launcher for it and, a plain socket against the launcher's imports, wins; the test checks it
-did) and answers, in turn, the sentinel step 2**64 - 1, a NaN rate, 64 KiB of nested
-brackets and 64 KiB of empty objects; the training script writes the sentinel step to its
+Job "hostile": each pod has a sidecar that binds the launcher's status port (the trainer's
+interpreters wait until it has: a sitecustomize; the test checks it did) and answers, in
+turn, the sentinel step 2**64 - 1, a NaN rate, 64 KiB of nested brackets and 64 KiB of empty
+objects; the training script writes the sentinel step to its
 progress file too, so the launcher's final report carries it. Job "steady", alongside, trains
 normally. The operator refuses every hostile answer and says so once per pod; "steady" keeps
 a fresh live status (its step moves while "hostile" runs); "hostile" ends Succeeded from its
@@ -66,6 +66,8 @@ listener.listen(16)
 
 import os
 
+open("/shared/bound", "w").close()  # the trainer's sitecustomize waits for this
+
 serve_hostile(listener)
 print("sidecar serving", flush=True)
 while not os.path.exists("/shared/done"):
@@ -75,15 +77,29 @@ time.sleep(1)
 )
 
 
+# Every interpreter of the trainer imports this first (PYTHONPATH): the launcher's waits until
+# the sidecar holds the status port. Containers start in order, the trainer first: a launcher
+# that binds the port before the sidecar does leaves the sidecar nothing to answer on (what a
+# kind run's time-out here looked like). Bounded: past it the launcher binds, and the test
+# says the sidecars never answered.
+WAIT_FOR_SIDECAR = """\
+import os, time
+
+deadline = time.monotonic() + 120
+while not os.path.exists("/shared/bound") and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+
+
 def hostile_job(name: str) -> list[dict[str, Any]]:
     docs = jobs.scripted(
         name,
-        {"train.py": TRAIN, "sidecar.py": SIDECAR},
+        {"train.py": TRAIN, "sidecar.py": SIDECAR, "sitecustomize.py": WAIT_FOR_SIDECAR},
         ["python", "/workspace/train.py"],
         nodes=2,
         nproc=1,
         image=IMAGE,
-        trainer={"resources": SMALL},
+        trainer={"resources": SMALL, "env": [{"name": "PYTHONPATH", "value": "/workspace"}]},
         pod={"terminationGracePeriodSeconds": 3},
         rendezvous={"joinTimeoutSeconds": 120},
         failurePolicy={"maxRestarts": 0},
