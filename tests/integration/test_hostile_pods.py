@@ -3,8 +3,8 @@
 Job "hostile": each pod has a sidecar that binds the launcher's status port (the trainer's
 interpreters wait until it has: a sitecustomize; the test checks it did) and answers, in
 turn, the sentinel step 2**64 - 1, a NaN rate, 64 KiB of nested brackets and 64 KiB of empty
-objects; the training script writes the sentinel step to its
-progress file too, so the launcher's final report carries it. Job "steady", alongside, trains
+objects; the training script writes the sentinel step to its progress file too, so the
+launcher's final report carries it. Job "steady", alongside, trains
 normally. The operator refuses every hostile answer and says so once per pod; "steady" keeps
 a fresh live status (its step moves while "hostile" runs); "hostile" ends Succeeded from its
 pods' exits, and the operator is the same process throughout.

@@ -30,7 +30,7 @@ Pods are named by their index (`<job>-<i>`), which is not torchrun's node rank.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,11 +57,22 @@ RUNNING_SEEN = "runningObservedAt"
 NOT_READY_SEEN = "notReadyObservedAt"
 
 
+def _same_pod(pod: PodView, before: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`before` (the status.ranks[] entry the status had) while it is about `pod`, else {}."""
+    return before if before.get("pod") == pod.name else {}
+
+
+def started_now(pod: PodView, before: Mapping[str, Any]) -> bool:
+    """Whether the operator saw `pod` Pending when it last looked and sees it Running now
+    (absent_reason's `started_now`)."""
+    return pod.phase == "Running" and _same_pod(pod, before).get("phase") == "Pending"
+
+
 def observed(pod: PodView, before: Mapping[str, Any], now: float) -> dict[str, str]:
     """The operator's own times for `pod`, for its status.ranks[] entry (`before`: the entry
     the status had, kept while it is about the same pod). A pod an older operator already
     saw Running has no stamp: its kubelet's start time stands in, never later than now."""
-    same: Mapping[str, Any] = before if before.get("pod") == pod.name else {}
+    same = _same_pod(pod, before)
     out: dict[str, str] = {}
     if same.get(RUNNING_SEEN):
         out[RUNNING_SEEN] = str(same[RUNNING_SEEN])
@@ -147,7 +158,7 @@ def absentees(
     seen: Mapping[int, Watched],
     now: float,
     join_timeout: int,
-    started_now: frozenset[int] | set[int] = frozenset(),
+    started_now: Set[int] = frozenset(),
 ) -> list[Absent]:
     """Pods (index -> (pod name, observed pod)) that did not arrive, most telling first
     (never started, then failed, then stuck), by index within each. `started_now`: the

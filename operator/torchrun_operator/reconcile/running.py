@@ -111,8 +111,7 @@ def observe(ctx: Ctx) -> None:
             continue
         seen.current[i] = pod
         entry = rank_entry(i, pod, ctx.live.get(pod.uid or ""), before)
-        was_pending = before.get("pod") == pod.name and before.get("phase") == PodPhase.PENDING
-        if was_pending and pod.phase == PodPhase.RUNNING:
+        if hang.started_now(pod, before):
             seen.started_now.add(i)
         entry.update(hang.observed(pod, before, ctx.now))  # the hang timers' clock
         ranks.append(entry)

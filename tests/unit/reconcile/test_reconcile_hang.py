@@ -311,6 +311,14 @@ def test_a_pod_running_only_since_the_others_gave_up_never_started_in_time() -> 
     assert got == (0, "never started in time (Pending until the others gave up waiting)")
 
 
+def test_started_now_is_pending_before_and_running_now_for_the_same_pod() -> None:
+    pod = view({"metadata": {"name": "p"}, "spec": {}, "status": {"phase": "Running"}}, "trainer")
+    assert hang.started_now(pod, {"pod": "p", "phase": "Pending"})
+    assert not hang.started_now(pod, {"pod": "p", "phase": "Running"})
+    assert not hang.started_now(pod, {"pod": "p-a1", "phase": "Pending"})  # another pod's
+    assert not hang.started_now(pod, {})  # a restarted operator's first look
+
+
 def test_absent_reason_of_a_pod_never_created_or_that_waited() -> None:
     assert hang.absent_reason(None, hang.Watched(), 0, 1) == (0, "was never created")
     waited = {
