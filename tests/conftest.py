@@ -29,6 +29,7 @@ import pytest
 from docker_fixtures import docker_engine  # noqa: F401  (fixture for the Docker tests)
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from loadednode import loaded_node  # noqa: F401  (fixture: a CPU-starved node)
 from localkube import netpol
 from localkube.components import default_nodes
 from localkube.controlplane import Cluster, find_bin_dir, node_package_available

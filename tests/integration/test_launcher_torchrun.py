@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from loadednode import LoadedNode
 from localkube.procs import free_port
 from torchrun_operator.launcher import contract
 from torchrun_operator.render.configmap import packaged_launcher, packaged_launcher_digest
@@ -112,6 +113,21 @@ WORKER = textwrap.dedent(
     if mode == "kill" and rank == int(os.environ["FAIL_RANK"]):
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "sleep":
+        time.sleep(120)
+    if mode == "linger":
+        # Local rank 1 of the node FAIL_ON names raises, and takes LINGER seconds to exit after
+        # its error file is written (an atexit handler); local rank 0 of the other node fails
+        # LATE_AFTER seconds later (LATE: kill, SIGKILLed; raise, raises).
+        here = os.environ["NODE_ROLE"] == os.environ["FAIL_ON"]
+        if here and int(os.environ["LOCAL_RANK"]) == 1:
+            import atexit
+            atexit.register(time.sleep, float(os.environ["LINGER"]))
+            raise KeyError(f"rank {rank} failed first")
+        if not here and int(os.environ["LOCAL_RANK"]) == 0:
+            time.sleep(float(os.environ["LATE_AFTER"]))
+            if os.environ["LATE"] == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"rank {rank} failed later")
         time.sleep(120)
     dist.all_reduce(t)  # survivors of a failed peer die here
     dist.barrier()
@@ -444,6 +460,112 @@ def test_sigterm_stops_training_promptly(
     assert time.monotonic() - t0 < 10
     s = node.summary()
     assert s["state"] == "Failed" and "SIGTERM" in s["message"]
+
+
+def _wait_ready(nodes: list[Node], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not all((n.state_dir / "ready").exists() for n in nodes):
+        for n in nodes:
+            assert n.proc.poll() is None, n.output()
+        assert time.monotonic() < deadline, [n.output() for n in nodes]
+        time.sleep(0.2)
+
+
+def _failures(node: Node) -> dict[int, dict[str, Any]]:
+    return {int(f["rank"]): f for f in node.summary()["failures"]}
+
+
+# The worker that raised takes this long to exit: longer than any way its agent can end
+# meanwhile (a closed rendezvous at once, a lost store after torch's store client gives up).
+LINGER = "40"
+
+
+@pytest.mark.timeout(400)
+def test_a_worker_still_exiting_is_reported_when_a_peer_is_killed(
+    tmp_path: Path, worker: list[str], runtime: Runtime, loaded_node: LoadedNode
+) -> None:
+    """Issue 45's race on a loaded node: local rank 1 of one node raises and is slow to exit
+    (its error file written, an atexit handler running); a second later a rank of the other
+    node is SIGKILLed. The first node's agent ends because the other ended (a closed
+    rendezvous), not because its worker exited; its report still holds the worker's
+    exception, at the time the worker recorded, before the later failure."""
+    _race(tmp_path, worker, runtime, loaded_node, fail_on="joiner", late="kill")
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("runtime", ["venv"], indirect=True)
+@pytest.mark.parametrize(("fail_on", "late"), [("host", "kill"), ("joiner", "raise")])
+def test_a_worker_still_exiting_is_reported_whatever_ends_its_agent(
+    tmp_path: Path,
+    worker: list[str],
+    runtime: Runtime,
+    loaded_node: LoadedNode,
+    fail_on: str,
+    late: str,
+) -> None:
+    """The same race where the slow worker's node holds the store, and where the later
+    failure is an exception of its own (the earlier one must still win)."""
+    _race(tmp_path, worker, runtime, loaded_node, fail_on=fail_on, late=late)
+
+
+def _race(
+    tmp_path: Path,
+    worker: list[str],
+    runtime: Runtime,
+    loaded_node: LoadedNode,
+    fail_on: str,
+    late: str,
+) -> None:
+    port = free_port()
+    nodes = {}
+    for role in ("host", "joiner"):
+        env = {"MODE": "linger", "NODE_ROLE": role, "FAIL_ON": fail_on, "LINGER": LINGER,
+               "LATE": late, "LATE_AFTER": "1"}  # fmt: skip
+        nodes[role] = runtime.start(
+            tmp_path, role, worker, nnodes=2, port=port, is_host=role == "host", env=env,
+            prefix=loaded_node.prefix(),
+        )  # fmt: skip
+    _wait_ready(list(nodes.values()))
+    loaded_node.hog()
+    codes = {role: n.wait(timeout=180) for role, n in nodes.items()}
+    assert codes == {"host": 1, "joiner": 1}, [n.output() for n in nodes.values()]
+    first, later = nodes[fail_on], nodes["joiner" if fail_on == "host" else "host"]
+    raised = [f for f in _failures(first).values() if f["kind"] == "exception"]
+    assert len(raised) == 1, (first.summary(), first.output())
+    assert raised[0]["localRank"] == 1
+    assert raised[0]["error"] == f"KeyError: 'rank {raised[0]['rank']} failed first'"
+    other = next(f for f in _failures(later).values() if f["localRank"] == 0)
+    if late == "kill":
+        assert (other["kind"], other["exitCode"]) == ("signal", -signal.SIGKILL), other
+    else:
+        assert other["error"].endswith("failed later"), other
+    assert raised[0]["at"] < other["at"]
+    assert loaded_node.hog_seconds() > 0.5  # it was loaded
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_while_a_worker_is_still_exiting_reports_its_exception(
+    tmp_path: Path, worker: list[str], runtime: Runtime, loaded_node: LoadedNode
+) -> None:
+    """The kubelet's SIGTERM reaches the launcher while a worker that raised is on its way out:
+    the report says the launcher was stopped and still holds the worker's exception."""
+    env = {"MODE": "linger", "NODE_ROLE": "host", "FAIL_ON": "host", "LINGER": LINGER}
+    node = runtime.start(
+        tmp_path, "n0", worker, port=free_port(), env=env, prefix=loaded_node.prefix()
+    )
+    _wait_ready([node])
+    loaded_node.hog()
+    deadline = time.monotonic() + 120
+    while "failed first" not in node.output():  # the traceback: its error file is written
+        assert node.proc.poll() is None and time.monotonic() < deadline, node.output()
+        time.sleep(0.2)
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.wait(timeout=120) == 1, node.output()
+    s = node.summary()
+    assert s["state"] == "Failed" and "SIGTERM" in s["message"], s
+    raised = _failures(node)[1]
+    assert (raised["kind"], raised["error"]) == ("exception", "KeyError: 'rank 1 failed first'")
+    assert loaded_node.hog_seconds() > 0.5  # it was loaded
 
 
 def _checksum(out: str) -> str:

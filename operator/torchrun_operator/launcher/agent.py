@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from . import rdzvstore
+from . import rdzvstore, recorded
 from .contract import (
     ENV_PROGRESS_FILE,
     ENV_TERMINATION_LOG,
@@ -42,7 +42,7 @@ from .report import (
 )
 from .shim import worker_entry_args
 from .stacks import comm_stacks, dump_own_stacks, on_comm_failure
-from .state import rank_info, state_dir
+from .state import rank_info, read_rank_files, state_dir
 from .status_server import LIVE
 from .stderr import LOGS_DIR, read_stderr_tail, stderr_capture_flags, stderr_log_path
 from .storecompat import choose_store_backend
@@ -97,6 +97,8 @@ def _patch_rendezvous_reporting() -> None:
 
     def _rendezvous(self: Any, worker_group: Any) -> None:
         LIVE.update(state=LIVE_RENDEZVOUS)
+        # A new round: the last round's stopped workers were torch's own restart's business.
+        _stopped.clear()
         original(self, worker_group)
         try:
             spec = worker_group.spec
@@ -141,6 +143,47 @@ def _failure_text(pf: Any, log_dir: str | None) -> str:
 
 
 _handlers: list[Any] = []  # the agent's rendezvous handler, once its run loop started
+_agents: list[Any] = []  # the agent, once its run loop started
+# The last stop of the workers: the process context stopped and how each worker ended
+# (launcher/recorded.py). Whatever ends the agent, its report holds what they recorded.
+_stopped: list[tuple[Any, list[recorded.WorkerEnd]]] = []
+_dirs: list[tuple[str, str | None]] = []  # (state dir, workers' log dir) once run_agent set them
+
+
+def _global_ranks(sdir: str) -> dict[int, int]:
+    """Global rank by local rank: the agent's worker group, else the workers' rank files."""
+    group = getattr(_agents[0], "_worker_group", None) if _agents else None
+    try:
+        ranks = {int(w.local_rank): int(w.global_rank) for w in group.workers}
+    except (AttributeError, TypeError, ValueError):
+        ranks = {}
+    if ranks and all(r >= 0 for r in ranks.values()):
+        return ranks
+    out: dict[int, int] = {}
+    for r in read_rank_files(sdir):
+        try:
+            if int(r["rank"]) >= 0:
+                out[int(r["localRank"])] = int(r["rank"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def recorded_failures(log_dir: str | None) -> list[FailureRecord]:
+    """What the stopped workers recorded (launcher/recorded.py), from the last stop."""
+    return recorded.failures(_stopped[0][1], log_dir) if _stopped else []
+
+
+def _look_after_kill(sdir: str) -> None:
+    """The watchdog's stop (the main thread is stuck): the agent's workers as they are now."""
+    if _stopped or not _agents:
+        return
+    pcontext = getattr(_agents[0], "_pcontext", None)
+    if pcontext is None:
+        return
+    stop = recorded.Stop(pcontext)
+    stop.before(bound=0.0)
+    _stopped[:] = [(pcontext, stop.after(_global_ranks(sdir)))]
 
 
 def _failed_key(handler: Any) -> str | None:
@@ -181,6 +224,11 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
         return
 
     def _close(self: Any, *args: Any, **kwargs: Any) -> None:
+        if _stopped and _stopped[0][0] is self:
+            # Stopped already (torch closes again on its way out): the first look stands; a
+            # second would take the workers the first stop ended for ones that exited first.
+            close(self, *args, **kwargs)
+            return
         try:
             failures = getattr(self, "_failures", None)
             key = _failed_key(_handlers[0]) if failures and _handlers else None
@@ -193,7 +241,18 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
                     break
         except Exception as e:  # noqa: BLE001 - the dump must never change the run
             log("cannot dump stacks", error=f"{type(e).__name__}: {e}")
-        close(self, *args, **kwargs)
+        stop = recorded.Stop(self)
+        try:
+            stop.before()
+        except Exception as e:  # noqa: BLE001 - looking must never keep the workers running
+            log("cannot look at workers", error=f"{type(e).__name__}: {e}")
+        try:
+            close(self, *args, **kwargs)
+        finally:
+            try:
+                _stopped[:] = [(self, stop.after(_global_ranks(sdir)))]
+            except Exception as e:  # noqa: BLE001 - the report must still be written
+                log("cannot look at workers", error=f"{type(e).__name__}: {e}")
 
     def _invoke_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -201,6 +260,7 @@ def _patch_comm_failure_stacks(sdir: str, log_dir: str | None) -> None:
             handler = getattr(spec, "rdzv_handler", None)
             if handler is not None:
                 _handlers[:] = [handler]
+            _agents[:] = [self]
             return invoke(self, *args, **kwargs)
         except Exception as e:
             text = f"{type(e).__name__}: {e}"
@@ -310,7 +370,16 @@ def start_signal_watchdog(grace: float) -> None:
                 reason="main thread unresponsive" if stuck else f"shutdown exceeded {grace:g}s",
             )
             _kill_children()
-            write_summary(build_summary(FAILED, message=f"launcher terminated by {sig}"))
+            failures: list[FailureRecord] = []
+            if _dirs:
+                try:
+                    _look_after_kill(_dirs[0][0])
+                    failures = recorded_failures(_dirs[0][1])
+                except Exception as e:  # noqa: BLE001 - the report must still be written
+                    log("cannot look at workers", error=f"{type(e).__name__}: {e}")
+            write_summary(
+                build_summary(FAILED, message=f"launcher terminated by {sig}", failures=failures)
+            )
             os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="signal-watchdog").start()
@@ -360,6 +429,7 @@ def run_agent(flags: list[str], cmd: list[str], store_wait: float = 0.0) -> int:
     own_log_dir = os.path.join(sdir, LOGS_DIR)
     flags, log_dir = stderr_capture_flags(flags, os.environ, own_log_dir)
     _patch_comm_failure_stacks(sdir, log_dir)
+    _dirs[:] = [(sdir, log_dir)]
     if log_dir == own_log_dir:  # the emptyDir outlives the container: drop the last one's logs
         shutil.rmtree(own_log_dir, ignore_errors=True)
     # The placeholder script is replaced below: only the launch configuration is taken from
@@ -414,17 +484,10 @@ def run_agent(flags: list[str], cmd: list[str], store_wait: float = 0.0) -> int:
             )
             for grank, pf in e.failures.items()
         ]
+        # torch names the workers that had exited when it looked; one that raised while it
+        # stopped the others is in the launcher's look only.
+        failures = recorded.merged(failures, recorded_failures(log_dir))
         state, code, known_ranks = FAILED, exit_code_for(failures), list(e.failures)
-        for f in sorted(failures, key=failure_sort_key):
-            last_line = f["error"].strip().splitlines()[-1] if f["error"].strip() else ""
-            log(
-                "worker failed",
-                rank=f["rank"],
-                local_rank=f["localRank"],
-                exit_code=f["exitCode"],
-                kind=f["kind"],
-                error=truncate_text(last_line, 300),
-            )
     except RendezvousTimeoutError as e:
         state, code = RENDEZVOUS_TIMEOUT, 1
         message = (
@@ -434,11 +497,24 @@ def run_agent(flags: list[str], cmd: list[str], store_wait: float = 0.0) -> int:
         log("rendezvous timed out", endpoint=config.rdzv_endpoint)
         dump_own_stacks("rendezvous timed out")
     except (RendezvousError, SignalException, Terminated) as e:
-        state, code = FAILED, 1
+        # Another node's agent ended, the store was lost, or we were told to stop: whatever
+        # this node's workers recorded before they were stopped is still this report's.
+        failures = recorded_failures(log_dir)
+        state, code = FAILED, exit_code_for(failures)
         message = f"{type(e).__name__}: {e}"
         if isinstance(e, SignalException):
             message = f"launcher terminated by {e.sigval.name}; workers stopped ({message})"
         log("agent stopped", error=message)
+    for f in sorted(failures, key=failure_sort_key):
+        last_line = f["error"].strip().splitlines()[-1] if f["error"].strip() else ""
+        log(
+            "worker failed",
+            rank=f["rank"],
+            local_rank=f["localRank"],
+            exit_code=f["exitCode"],
+            kind=f["kind"],
+            error=truncate_text(last_line, 300),
+        )
 
     group_rank, ranks, restarts = rank_info(sdir, known_ranks)
     if state == SUCCEEDED:
