@@ -90,30 +90,52 @@ def attempt_step(entries: Iterable[Mapping[str, Any]]) -> int | None:
     return max(steps) if steps else None
 
 
-def made_no_progress(step: int | None, start: int | None, previous: int | None) -> bool:
-    """Whether an attempt that started at step `start` (the first the operator saw of it, None
-    when it saw none before the failure) and reached `step` made no progress after the one
+def last_step_known(stalled: bool, reports: Iterable[Mapping[str, Any] | None]) -> bool:
+    """Whether the attempt's last step is known, not only a lower bound: some pod's launcher
+    sent its final report (it reads the progress file as it ends: the last step, or none
+    written), or the attempt stalled (judged on the reads that saw its step stop). Otherwise
+    the step is the last one an earlier read saw, and the attempt may have gone further."""
+    return stalled or any(r is not None for r in reports)
+
+
+def made_no_progress(
+    step: int | None, start: int | None, previous: int | None, final: bool
+) -> bool:
+    """Whether an attempt that started at step `start` and reached `step` (`final`: its last
+    step, not only the last one seen, see last_step_known) made no progress after the one
     before it, which reached `previous`: it failed at the very step the previous one did, or
-    no further than that and without getting past its own start. Without any step reported
-    by either, progress is unknown, and unknown is never taken for none; an attempt that
-    reports no step after one that did failed before its first."""
-    if previous is None:
+    no further than that and without getting past its own start.
+
+    "None" needs positive evidence that the attempt did not advance: its last step known, and
+    a step to hold it against that was known before it failed, the previous attempt's (in its
+    restart record) or its own start (a read while it ran: never the final reports it is
+    compared with, which would make every attempt fail where it started). Anything less is
+    unknown, and unknown never counts as none: a wrong verdict ends a job that was training
+    (a status port the operator cannot read, reads starved on a busy node, an attempt shorter
+    than the read interval), a missed one only costs restarts within maxRestarts. A known last
+    step of none, after an attempt that had steps, is a failure before the first step."""
+    if previous is None or not final:
         return False
     if step is None:
         return True
     if step > previous:
         return False
-    return step == previous or start is None or step <= start
+    return step == previous or (start is not None and step <= start)
 
 
 START_STEP = "startStep"  # status.progress: the first step the operator saw of the attempt
 
 
-def start_step(before: Mapping[str, Any] | None, step: int) -> int:
+def start_step(before: Mapping[str, Any] | None, step: int, failed: bool) -> int | None:
     """status.progress.startStep: kept once known for the attempt (status.progress goes with
     it); else the job's step now (the lowest any pod reports: the first the operator sees).
-    A status written before the field existed has the job's step it saw last."""
-    for value in ((before or {}).get(START_STEP), (before or {}).get("step")):
+    A status written before the field existed has the job's step it saw last. While pods of
+    the attempt have `failed`, the steps are their final reports: they are what the attempt
+    reached, never where it started, so the start stays as it was (None: unknown)."""
+    kept = (before or {}).get(START_STEP)
+    if failed:
+        return kept if isinstance(kept, int) and not isinstance(kept, bool) else None
+    for value in (kept, (before or {}).get("step")):
         if isinstance(value, int) and not isinstance(value, bool):
             return min(value, step)
     return step

@@ -38,10 +38,12 @@ def fail_attempt(
     error: str | None = None,
     kind: contract.FailureKind = "signal",
     exit_code: int = -9,
+    checkpoint: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every pod of the current attempt fails: `rank` died (a signal by default), the other
-    pod lost its peer; both report the step they reached. Returns the job after the decision
-    and the pods of the next attempt, if one started."""
+    pod lost its peer; both report the step they reached (and `checkpoint`, the last one their
+    script saved). Returns the job after the decision and the pods of the next attempt, if one
+    started."""
     attempt = job["status"]["attempt"]
     current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
     error = error or KILLED.format(pid=1000 + rank + 17 * attempt)
@@ -56,10 +58,13 @@ def fail_attempt(
                 [failure(rank, kind, t, error, exit_code)],
                 group_rank=i,
                 step=step_reached,
+                checkpoint=checkpoint,
             )
         else:
             peer = failure(ranks[0], "comm", t + 0.5, "Connection reset by peer")
-            body = report("Failed", ranks, [peer], group_rank=i, step=step_reached)
+            body = report(
+                "Failed", ranks, [peer], group_rank=i, step=step_reached, checkpoint=checkpoint
+            )
         failed.append(set_terminated(pod, 1, body, t=t + 1))
     _, job, pods = step(job, failed, t + 2)
     if job["status"]["phase"] == "Restarting":
@@ -82,8 +87,11 @@ def test_same_failure_at_or_before_the_previous_step_is_a_crash_loop() -> None:
     record = st["restarts"][-1]
     assert record["step"] == 120 and record["index"] == 1 and record["nodeRank"] == 1
     assert record["signature"] == "signal/Signal/-9: Signal N (SIGKILL) received by PID N"
-    # Attempt 1 dies the same way on another rank (another pid), no further: step 118, the
-    # first step the operator saw of it (no progress past its start).
+    # Attempt 1 is read at step 118 while it runs, then dies the same way on another rank
+    # (another pid), no further: at step 118, the first step the operator saw of it (no
+    # progress past its start).
+    job, pods = runs(job, pods, 20, (118,))
+    assert job["status"]["progress"]["startStep"] == 118
     job, _ = fail_attempt(job, pods, 40, step_reached=118, rank=1)
     st = job["status"]
     assert st["phase"] == "Failed"
@@ -227,11 +235,11 @@ def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
         (5, 0, 5, True),  # failed where the previous attempt did
         (5, None, 5, True),
         (4, 4, 5, True),  # never got past its own start
-        (4, None, 5, True),  # no step seen before it failed: none past its start either
+        (4, None, 5, False),  # no step seen before it failed: where it started is unknown
         (4, 3, 5, False),  # trained past its start, failed short of the previous failure
         (4600, 4000, 5000, False),
         (6, 6, 5, False),  # got further
-        (None, None, 5, True),
+        (None, None, 5, True),  # its last step is known to be none: before its first step
         (None, None, None, False),
         (3, 0, None, False),
     ],
@@ -239,20 +247,42 @@ def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
 def test_made_no_progress(
     step: int | None, start: int | None, previous: int | None, none: bool
 ) -> None:
-    assert crashloop.made_no_progress(step, start, previous) is none
+    assert crashloop.made_no_progress(step, start, previous, final=True) is none
 
 
 @pytest.mark.parametrize(
-    ("before", "step", "start"),
+    ("step", "start", "previous"), [(5, 0, 5), (4, 4, 5), (None, None, 5), (6, 6, 5)]
+)
+def test_a_last_step_only_an_earlier_read_saw_is_never_no_progress(
+    step: int | None, start: int | None, previous: int | None
+) -> None:
+    """No final report, no stall: the attempt may have gone on after the last read."""
+    assert crashloop.made_no_progress(step, start, previous, final=False) is False
+
+
+def test_the_last_step_is_known_from_a_final_report_or_a_stall() -> None:
+    assert crashloop.last_step_known(False, [None, {"state": "Failed"}])
+    assert crashloop.last_step_known(True, [None, None])
+    assert not crashloop.last_step_known(False, [None, None])
+
+
+@pytest.mark.parametrize(
+    ("before", "step", "failed", "start"),
     [
-        (None, 4000, 4000),  # the first step seen of the attempt
-        ({"step": 4100, "startStep": 4000}, 4600, 4000),  # kept
-        ({"step": 4100}, 4600, 4100),  # written before the field: the step it had
-        ({"step": 4100, "startStep": 4000}, 3900, 3900),  # went back (an in-pod restart)
+        (None, 4000, False, 4000),  # the first step seen of the attempt
+        ({"step": 4100, "startStep": 4000}, 4600, False, 4000),  # kept
+        ({"step": 4100}, 4600, False, 4100),  # written before the field: the step it had
+        ({"step": 4100, "startStep": 4000}, 3900, False, 3900),  # went back (in-pod restart)
+        # While pods have failed the steps are final reports: never a start.
+        (None, 4000, True, None),
+        ({"step": 4100}, 4000, True, None),  # that step may be a final report too
+        ({"step": 4100, "startStep": 4000}, 3900, True, 4000),
     ],
 )
-def test_start_step(before: dict[str, int] | None, step: int, start: int) -> None:
-    assert crashloop.start_step(before, step) == start
+def test_start_step(
+    before: dict[str, int] | None, step: int, failed: bool, start: int | None
+) -> None:
+    assert crashloop.start_step(before, step, failed) == start
 
 
 # ---- hangs: another cause, or progress since the attempt began --------------------------------
@@ -369,3 +399,106 @@ def test_a_hang_after_a_checkpoint_restart_is_a_crash_loop_only_at_the_same_plac
     else:
         assert st["phase"] == "Starting" and st["attempt"] == 2, cond(st, "Failed")
         assert st["restarts"][-1]["step"] == second["reached"]
+
+
+# ---- no evidence, no verdict: what no read saw is unknown, never "no progress" ---------------
+
+
+def read(pods: list[dict[str, Any]], attempt: int, steps: int | None, t: float) -> dict[str, Any]:
+    """Every pod's launcher answers at `t`: its step, or (None) no step written yet."""
+    out = {}
+    for p in pods:
+        i = int(p["metadata"]["labels"]["torchrun.dev/index"])
+        data: dict[str, Any] = {"v": 1, "index": i, "rdzvId": f"{UID}-{attempt}"}
+        if steps is not None:
+            data["progress"] = {"step": steps}
+        out[p["metadata"]["uid"]] = {"at": at(t).timestamp(), "data": data}
+    return out
+
+
+def runs(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    t: float,
+    reads: tuple[int | None, ...] = (),
+    nodes: tuple[str, str] = ("n1", "n2"),
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The current attempt's pods run on `nodes`, Ready; the operator reads their launchers
+    once per entry of `reads`, 15 s apart (no entries: the status port never answered)."""
+    attempt = job["status"]["attempt"]
+    current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
+    up = []
+    for i, p in enumerate(current):
+        p = set_running(p, ready=True, node=nodes[i], t=t)
+        p["metadata"]["uid"] = f"pod-{p['metadata']['name']}"
+        up.append(p)
+    plan = reconcile(job, up, at(t))
+    job, up = apply(job, up, plan, t)
+    for n, steps in enumerate(reads, start=1):
+        when = t + 15 * n
+        plan = reconcile(job, up, at(when), live=read(up, attempt, steps, when))
+        job, up = apply(job, up, plan, when)
+    return job, up
+
+
+def restarted(st: dict[str, Any], attempt: int) -> None:
+    assert st["phase"] == "Starting" and st["attempt"] == attempt, cond(st, "Failed")
+
+
+def test_an_attempt_no_read_saw_whose_reports_show_progress_restarts() -> None:
+    """Attempt 0 saves a checkpoint at step 100 and fails at 120. Attempt 1 resumes; its status
+    port never answers (unreadable, reads starved); it saves a checkpoint at 110, so it trained
+    past where it resumed, and fails the same way at 118. It made progress: restart."""
+    job, pods = first_attempt()
+    job, pods = fail_attempt(
+        job, pods, 10, step_reached=120, checkpoint={"step": 100, "path": "/c/100"}
+    )
+    job, pods = runs(job, pods, 20)
+    job, _ = fail_attempt(
+        job, pods, 40, step_reached=118, rank=1, checkpoint={"step": 110, "path": "/c/110"}
+    )
+    st = job["status"]
+    restarted(st, 2)
+    assert st["lastCheckpoint"]["step"] == 110
+    assert st["restarts"][-1]["step"] == 118
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (),  # the status port never answered
+        (None, None),  # it answered, before the script wrote its first step
+    ],
+)
+def test_a_start_step_only_the_final_reports_tell_is_unknown(reads: tuple[None, ...]) -> None:
+    """No read saw attempt 1 at a step before it failed at 118, short of attempt 0's 120: where
+    it started is unknown (a restart resumes from its checkpoint, anywhere behind 120), so
+    whether it got past its start is unknown too, and the final reports alone cannot tell (the
+    step it failed at is no start). Unknown is not no progress: restart."""
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=120)
+    job, pods = runs(job, pods, 20, reads)
+    job, _ = fail_attempt(job, pods, 70, step_reached=118, rank=1)
+    st = job["status"]
+    restarted(st, 2)
+    assert st["restarts"][-1]["step"] == 118
+
+
+def test_an_attempt_that_ended_without_a_word_is_unknown() -> None:
+    """Attempt 0 was seen at step 120 when its launchers were SIGKILLed (no final report).
+    Attempt 1 was never read and ends the same way: nothing says where it started or how far
+    it got, not even that it reached no step. Unknown: restart."""
+    job, pods = first_attempt()
+    job, pods = runs(job, pods, 5, (120,))
+    killed = [set_terminated(p, 137, None, t=25) for p in pods]
+    _, job, pods = step(job, killed, 26)
+    _, job, pods = step(job, drop_terminating(pods), 27)
+    st = job["status"]
+    assert st["attempt"] == 1 and st["restarts"][-1]["step"] == 120
+    signature = st["restarts"][-1]["signature"]
+    job, pods = runs(job, pods, 30)
+    killed = [set_terminated(p, 137, None, t=50) for p in pods]
+    _, job, _ = step(job, killed, 51)
+    st = job["status"]
+    assert st["phase"] == "Restarting" and st["attempt"] == 2, cond(st, "Failed")
+    assert st["restarts"][-1]["signature"] == signature  # the same error: only progress differs
