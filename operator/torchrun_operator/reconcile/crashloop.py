@@ -20,8 +20,14 @@ So it is the failure's kind, reason and exit code with the first line of its mes
 and addresses masked. A hang has no message: what identifies its cause is where it is, so
 its signature names the rank outside any collective and its frame, or, when every rank waits
 in one (a communication library's hang, a flaky link), the pod index and node that went quiet
-first: a hang on another node is another cause. Losses that are not the job's doing (a pod
-deleted, a node lost, an eviction) have no signature: they never make a crash loop.
+first: a hang on another node is another cause. A collective that did not complete (an NCCL
+watchdog or gloo timeout, a lost peer) is a hang that a rank reported: its message is the same
+on every node, so its signature names the same site, the rank a launcher found outside the
+collective and its frame, else the index and node of the first to give up. Without it, a flaky
+link on another node (a timeout at the first collective after a resume, or at the same step)
+would pass for the same failure and end a job that another attempt would train. Losses that
+are not the job's doing (a pod deleted, a node lost, an eviction) have no signature: they never
+make a crash loop.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..launcher import contract
-from .rootcause import Candidate
+from .rootcause import Candidate, collective
 
 # Kinds whose cause is outside the job: never a crash loop.
 EXTERNAL_KINDS = ("lost", "evicted")
@@ -64,20 +70,23 @@ def signature(cause: Candidate) -> str | None:
     if cause.exit_code is not None and cause.kind != contract.KIND_EXCEPTION:
         out += f"/{cause.exit_code}"
     if cause.kind == "stalled":
-        out += f": {_stall_site(cause)}"
-    elif cause.kind not in NO_MESSAGE_KINDS and cause.message:
+        out += f": {_hang_site(cause, 'every rank in a collective')}"
+        return out[:MAX_SIGNATURE]
+    if collective(cause):  # the site first: a long message is cut, never the site
+        out += f": {_hang_site(cause, 'first to give up')}"
+    if cause.kind not in NO_MESSAGE_KINDS and cause.message:
         first = next((line for line in cause.message.splitlines() if line.strip()), "")
         if first:
             out += f": {mask(first)}"
     return out[:MAX_SIGNATURE]
 
 
-def _stall_site(cause: Candidate) -> str:
+def _hang_site(cause: Candidate, first: str) -> str:
     """Where a hang is: the rank outside any collective and its frame (kept whole: another
-    line is another place), else the pod index and node that went quiet first."""
+    line is another place), else the pod index and node that went quiet (`first`) first."""
     if cause.rank is not None and cause.location:
         return f"rank {cause.rank} at {cause.location}"
-    return f"index {cause.node_index} on node {cause.node or '?'}, every rank in a collective"
+    return f"index {cause.node_index} on node {cause.node or '?'}, {first}"
 
 
 def attempt_step(entries: Iterable[Mapping[str, Any]]) -> int | None:

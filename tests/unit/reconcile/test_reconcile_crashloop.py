@@ -502,3 +502,92 @@ def test_an_attempt_that_ended_without_a_word_is_unknown() -> None:
     st = job["status"]
     assert st["phase"] == "Restarting" and st["attempt"] == 2, cond(st, "Failed")
     assert st["restarts"][-1]["signature"] == signature  # the same error: only progress differs
+
+
+# ---- collective timeouts: where they time out --------------------------------------------------
+
+WATCHDOG = (
+    "RuntimeError: [Rank {rank}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+    "for 600{rank}07 milliseconds before timing out."
+)
+
+
+def timed_out(index: int, node: str, rank: int = 0, at: str | None = None) -> Candidate:
+    message = WATCHDOG.format(rank=rank, seq=7 + index)
+    return Candidate(
+        index, f"job-{index}", node, "comm", "NCCLTimeout", 0.0, rank=rank, exit_code=-6,
+        message=message, says="nccl-timeout", location=at,
+    )  # fmt: skip
+
+
+def test_a_collective_timeout_signature_names_where_it_timed_out() -> None:
+    sig = crashloop.signature
+    assert sig(timed_out(1, "n2")).startswith(
+        "comm/NCCLTimeout/-6: index 1 on node n2, first to give up: RuntimeError: [Rank N] "
+        "Watchdog caught collective operation timeout"
+    )
+    assert sig(timed_out(1, "n2", rank=2)) == sig(timed_out(1, "n2", rank=3))
+    assert sig(timed_out(1, "n2")) != sig(timed_out(1, "n3")), "another node: another cause"
+    assert sig(timed_out(1, "n2")) != sig(timed_out(0, "n2"))
+    # A launcher found the rank the others waited for: where it was is the site, any node.
+    at22 = "/w/t.py:22 in load"
+    assert sig(timed_out(1, "n2", 3, at22)) == sig(timed_out(0, "n5", 3, at22))
+    assert sig(timed_out(1, "n2", 3, at22)) != sig(timed_out(1, "n2", 3, "/w/t.py:40 in load"))
+
+
+def time_out(
+    job: dict[str, Any], pods: list[dict[str, Any]], t: float, reached: int, first: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every rank's NCCL watchdog times out at step `reached` (every rank waits in the
+    collective: a link, not a rank), pod `first`'s first, the other's 3 s later (the operator
+    sees each as it happens); the job after the decision and the next attempt's pods."""
+    pods = list(pods)
+    for n, i in enumerate((first, 1 - first)):
+        when = t + 3 * n
+        error = WATCHDOG.format(rank=2 * i, seq=reached * 3 + i)
+        body = report(
+            "Failed", [2 * i, 2 * i + 1], [failure(2 * i, "comm", when, error, -6)], i, step=reached
+        )
+        pods[i] = set_terminated(pods[i], 1, body, t=when)
+        _, job, _ = step(job, pods, when + 1)
+    _, job, pods = step(job, pods, t + 5)
+    if job["status"]["phase"] == "Restarting":
+        _, job, pods = step(job, drop_terminating(pods), t + 6)
+    return job, pods
+
+
+@pytest.mark.parametrize(
+    ("second", "loop"),
+    [
+        # Resumed at 4000, timed out there before training a step, on other nodes: another
+        # link, another cause.
+        ({"nodes": ("n3", "n4"), "reads": (4000,), "reached": 4000, "first": 0}, False),
+        # ... at the very step attempt 0 timed out at, on another node: another cause.
+        ({"nodes": ("n3", "n4"), "reads": (4000, 5000), "reached": 5000, "first": 1}, False),
+        # The same pod on the same node times out again before a step past its start: a loop.
+        ({"nodes": ("n1", "n2"), "reads": (4000,), "reached": 4000, "first": 1}, True),
+        # ... or at the same step as before: a loop.
+        ({"nodes": ("n1", "n2"), "reads": (4000, 5000), "reached": 5000, "first": 1}, True),
+    ],
+)
+def test_nccl_timeouts_are_a_crash_loop_only_on_the_same_node(
+    second: dict[str, Any], loop: bool
+) -> None:
+    """Attempt 0 trains to step 5000 on n1 and n2, where pod 1's watchdog (node n2) times out
+    first; attempt 1 resumes from the step-4000 checkpoint and times out again."""
+    job, pods = first_attempt()
+    job, pods = runs(job, pods, 5, (0, 5000))
+    job, pods = time_out(job, pods, 50, 5000, first=1)
+    st = job["status"]
+    assert st["attempt"] == 1 and st["restarts"][-1]["step"] == 5000
+    assert st["failure"]["reason"] == "NCCLTimeout" and st["failure"]["index"] == 1
+    job, pods = runs(job, pods, 100, second["reads"], second["nodes"])
+    job, _ = time_out(job, pods, 200, second["reached"], second["first"])
+    st = job["status"]
+    if loop:
+        failed = cond(st, "Failed")
+        assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
+    else:
+        restarted(st, 2)
+        assert st["failure"]["index"] == second["first"]
