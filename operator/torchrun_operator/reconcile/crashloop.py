@@ -12,7 +12,8 @@ checkpoint, behind where the attempt before it failed): an attempt made none whe
 where the one before it did (a deterministic failure strikes at the same step every time), or
 before it got past the step it started at. An attempt that trained past its start and failed
 short of the previous failure failed somewhere the previous attempt went through: not the
-same failure. Restarts that got further keep going as before.
+same failure. Restarts that got further keep going as before. "None" needs evidence
+(made_no_progress): what no read or report tells is unknown, and unknown restarts.
 
 An error's signature is rank-independent: which rank hits a deterministic failure first
 varies between attempts, and so do the numbers in a message (addresses, pids, ports, sizes).
@@ -83,7 +84,8 @@ def signature(cause: Candidate) -> str | None:
 
 def _hang_site(cause: Candidate, first: str) -> str:
     """Where a hang is: the rank outside any collective and its frame (kept whole: another
-    line is another place), else the pod index and node that went quiet (`first`) first."""
+    line is another place), else the index and node of the pod that went quiet or gave up
+    first (`first` says which)."""
     if cause.rank is not None and cause.location:
         return f"rank {cause.rank} at {cause.location}"
     return f"index {cause.node_index} on node {cause.node or '?'}, {first}"
@@ -132,7 +134,9 @@ def made_no_progress(
     return step == previous or (start is not None and step <= start)
 
 
-START_STEP = "startStep"  # status.progress: the first step the operator saw of the attempt
+# status.progress: the first step the operator saw of the attempt while none of its pods had
+# failed (absent until then)
+START_STEP = "startStep"
 
 
 def start_step(before: Mapping[str, Any] | None, step: int, failed: bool) -> int | None:
