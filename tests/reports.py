@@ -4,7 +4,8 @@ the launcher: built by the launcher's own `build_summary`, with failures of the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from torchrun_operator.launcher import contract
 from torchrun_operator.launcher import report as launcher_report
@@ -32,6 +33,7 @@ def report(
     message: str | None = None,
     group_rank: int | None = 0,
     step: int | None = None,
+    checkpoint: Mapping[str, Any] | None = None,
 ) -> str:
     """The termination message a launcher writes, as the pod's status carries it."""
     summary = launcher_report.build_summary(
@@ -42,5 +44,6 @@ def report(
         failures=failures,
         message=message,
         step=step,
+        checkpoint=checkpoint,
     )
     return launcher_report.encode_summary(summary).decode("utf-8")

@@ -255,7 +255,7 @@ def _consequence(c: Candidate) -> bool:
     )
 
 
-def _collective(c: Candidate) -> bool:
+def collective(c: Candidate) -> bool:
     """A failure that says a collective did not complete (a timeout, a peer gone)."""
     return c.says in COLLECTIVE_KINDS or c.kind == contract.KIND_COMM
 
@@ -263,14 +263,14 @@ def _collective(c: Candidate) -> bool:
 def absentee_unknown(cause: Candidate, candidates: list[Candidate]) -> bool:
     """A collective that did not complete, and no launcher has named a rank outside it yet:
     the pods still running hold that rank, and their launchers name it once they end."""
-    return _collective(cause) and not any(c.outside for c in candidates)
+    return collective(cause) and not any(c.outside for c in candidates)
 
 
 def never_arrived(cause: Candidate, candidates: list[Candidate]) -> Candidate:
     """When the cause is a collective that did not complete, the rank some launcher found
     outside any collective is the one the others waited for: it is named instead (the lowest
     such rank), with where it was and what the first rank to give up said."""
-    if not _collective(cause):
+    if not collective(cause):
         return cause
     found = [(rank, at, c) for c in candidates for rank, at in c.outside if rank != cause.rank]
     if not found:

@@ -35,9 +35,11 @@ def record_progress(ctx: Ctx, seen: Seen) -> None:
     found = prog.job_progress(st["ranks"], live, before)
     if found is None:
         st.pop("progress", None)
-    else:
-        found[crashloop.START_STEP] = crashloop.start_step(before, found["step"])
-        st["progress"] = found
+        return
+    start = crashloop.start_step(before, found["step"], failed=bool(seen.failed))
+    if start is not None:
+        found[crashloop.START_STEP] = start
+    st["progress"] = found
 
 
 def record_stragglers(ctx: Ctx, seen: Seen) -> None:

@@ -38,10 +38,12 @@ def fail_attempt(
     error: str | None = None,
     kind: contract.FailureKind = "signal",
     exit_code: int = -9,
+    checkpoint: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every pod of the current attempt fails: `rank` died (a signal by default), the other
-    pod lost its peer; both report the step they reached. Returns the job after the decision
-    and the pods of the next attempt, if one started."""
+    pod lost its peer; both report the step they reached (and `checkpoint`, the last one their
+    script saved). Returns the job after the decision and the pods of the next attempt, if one
+    started."""
     attempt = job["status"]["attempt"]
     current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
     error = error or KILLED.format(pid=1000 + rank + 17 * attempt)
@@ -56,10 +58,13 @@ def fail_attempt(
                 [failure(rank, kind, t, error, exit_code)],
                 group_rank=i,
                 step=step_reached,
+                checkpoint=checkpoint,
             )
         else:
             peer = failure(ranks[0], "comm", t + 0.5, "Connection reset by peer")
-            body = report("Failed", ranks, [peer], group_rank=i, step=step_reached)
+            body = report(
+                "Failed", ranks, [peer], group_rank=i, step=step_reached, checkpoint=checkpoint
+            )
         failed.append(set_terminated(pod, 1, body, t=t + 1))
     _, job, pods = step(job, failed, t + 2)
     if job["status"]["phase"] == "Restarting":
@@ -82,8 +87,11 @@ def test_same_failure_at_or_before_the_previous_step_is_a_crash_loop() -> None:
     record = st["restarts"][-1]
     assert record["step"] == 120 and record["index"] == 1 and record["nodeRank"] == 1
     assert record["signature"] == "signal/Signal/-9: Signal N (SIGKILL) received by PID N"
-    # Attempt 1 dies the same way on another rank (another pid), no further: step 118, the
-    # first step the operator saw of it (no progress past its start).
+    # Attempt 1 is read at step 118 while it runs, then dies the same way on another rank
+    # (another pid), no further: at step 118, the first step the operator saw of it (no
+    # progress past its start).
+    job, pods = runs(job, pods, 20, (118,))
+    assert job["status"]["progress"]["startStep"] == 118
     job, _ = fail_attempt(job, pods, 40, step_reached=118, rank=1)
     st = job["status"]
     assert st["phase"] == "Failed"
@@ -227,11 +235,11 @@ def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
         (5, 0, 5, True),  # failed where the previous attempt did
         (5, None, 5, True),
         (4, 4, 5, True),  # never got past its own start
-        (4, None, 5, True),  # no step seen before it failed: none past its start either
+        (4, None, 5, False),  # no step seen before it failed: where it started is unknown
         (4, 3, 5, False),  # trained past its start, failed short of the previous failure
         (4600, 4000, 5000, False),
         (6, 6, 5, False),  # got further
-        (None, None, 5, True),
+        (None, None, 5, True),  # its last step is known to be none: before its first step
         (None, None, None, False),
         (3, 0, None, False),
     ],
@@ -239,20 +247,42 @@ def test_previous_failure_is_the_record_that_started_this_attempt() -> None:
 def test_made_no_progress(
     step: int | None, start: int | None, previous: int | None, none: bool
 ) -> None:
-    assert crashloop.made_no_progress(step, start, previous) is none
+    assert crashloop.made_no_progress(step, start, previous, final=True) is none
 
 
 @pytest.mark.parametrize(
-    ("before", "step", "start"),
+    ("step", "start", "previous"), [(5, 0, 5), (4, 4, 5), (None, None, 5), (6, 6, 5)]
+)
+def test_a_last_step_only_an_earlier_read_saw_is_never_no_progress(
+    step: int | None, start: int | None, previous: int | None
+) -> None:
+    """No final report, no stall: the attempt may have gone on after the last read."""
+    assert crashloop.made_no_progress(step, start, previous, final=False) is False
+
+
+def test_the_last_step_is_known_from_a_final_report_or_a_stall() -> None:
+    assert crashloop.last_step_known(False, [None, {"state": "Failed"}])
+    assert crashloop.last_step_known(True, [None, None])
+    assert not crashloop.last_step_known(False, [None, None])
+
+
+@pytest.mark.parametrize(
+    ("before", "step", "failed", "start"),
     [
-        (None, 4000, 4000),  # the first step seen of the attempt
-        ({"step": 4100, "startStep": 4000}, 4600, 4000),  # kept
-        ({"step": 4100}, 4600, 4100),  # written before the field: the step it had
-        ({"step": 4100, "startStep": 4000}, 3900, 3900),  # went back (an in-pod restart)
+        (None, 4000, False, 4000),  # the first step seen of the attempt
+        ({"step": 4100, "startStep": 4000}, 4600, False, 4000),  # kept
+        ({"step": 4100}, 4600, False, 4100),  # written before the field: the step it had
+        ({"step": 4100, "startStep": 4000}, 3900, False, 3900),  # went back (in-pod restart)
+        # While pods have failed the steps are final reports: never a start.
+        (None, 4000, True, None),
+        ({"step": 4100}, 4000, True, None),  # that step may be a final report too
+        ({"step": 4100, "startStep": 4000}, 3900, True, 4000),
     ],
 )
-def test_start_step(before: dict[str, int] | None, step: int, start: int) -> None:
-    assert crashloop.start_step(before, step) == start
+def test_start_step(
+    before: dict[str, int] | None, step: int, failed: bool, start: int | None
+) -> None:
+    assert crashloop.start_step(before, step, failed) == start
 
 
 # ---- hangs: another cause, or progress since the attempt began --------------------------------
@@ -369,3 +399,195 @@ def test_a_hang_after_a_checkpoint_restart_is_a_crash_loop_only_at_the_same_plac
     else:
         assert st["phase"] == "Starting" and st["attempt"] == 2, cond(st, "Failed")
         assert st["restarts"][-1]["step"] == second["reached"]
+
+
+# ---- no evidence, no verdict: what no read saw is unknown, never "no progress" ---------------
+
+
+def read(pods: list[dict[str, Any]], attempt: int, steps: int | None, t: float) -> dict[str, Any]:
+    """Every pod's launcher answers at `t`: its step, or (None) no step written yet."""
+    out = {}
+    for p in pods:
+        i = int(p["metadata"]["labels"]["torchrun.dev/index"])
+        data: dict[str, Any] = {"v": 1, "index": i, "rdzvId": f"{UID}-{attempt}"}
+        if steps is not None:
+            data["progress"] = {"step": steps}
+        out[p["metadata"]["uid"]] = {"at": at(t).timestamp(), "data": data}
+    return out
+
+
+def runs(
+    job: dict[str, Any],
+    pods: list[dict[str, Any]],
+    t: float,
+    reads: tuple[int | None, ...] = (),
+    nodes: tuple[str, str] = ("n1", "n2"),
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The current attempt's pods run on `nodes`, Ready; the operator reads their launchers
+    once per entry of `reads`, 15 s apart (no entries: the status port never answered)."""
+    attempt = job["status"]["attempt"]
+    current = [p for p in pods if p["metadata"]["labels"]["torchrun.dev/attempt"] == str(attempt)]
+    up = []
+    for i, p in enumerate(current):
+        p = set_running(p, ready=True, node=nodes[i], t=t)
+        p["metadata"]["uid"] = f"pod-{p['metadata']['name']}"
+        up.append(p)
+    plan = reconcile(job, up, at(t))
+    job, up = apply(job, up, plan, t)
+    for n, steps in enumerate(reads, start=1):
+        when = t + 15 * n
+        plan = reconcile(job, up, at(when), live=read(up, attempt, steps, when))
+        job, up = apply(job, up, plan, when)
+    return job, up
+
+
+def restarted(st: dict[str, Any], attempt: int) -> None:
+    assert st["phase"] == "Starting" and st["attempt"] == attempt, cond(st, "Failed")
+
+
+def test_an_attempt_no_read_saw_whose_reports_show_progress_restarts() -> None:
+    """Attempt 0 saves a checkpoint at step 100 and fails at 120. Attempt 1 resumes; its status
+    port never answers (unreadable, reads starved); it saves a checkpoint at 110, so it trained
+    past where it resumed, and fails the same way at 118. It made progress: restart."""
+    job, pods = first_attempt()
+    job, pods = fail_attempt(
+        job, pods, 10, step_reached=120, checkpoint={"step": 100, "path": "/c/100"}
+    )
+    job, pods = runs(job, pods, 20)
+    job, _ = fail_attempt(
+        job, pods, 40, step_reached=118, rank=1, checkpoint={"step": 110, "path": "/c/110"}
+    )
+    st = job["status"]
+    restarted(st, 2)
+    assert st["lastCheckpoint"]["step"] == 110
+    assert st["restarts"][-1]["step"] == 118
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        (),  # the status port never answered
+        (None, None),  # it answered, before the script wrote its first step
+    ],
+)
+def test_a_start_step_only_the_final_reports_tell_is_unknown(reads: tuple[None, ...]) -> None:
+    """No read saw attempt 1 at a step before it failed at 118, short of attempt 0's 120: where
+    it started is unknown (a restart resumes from its checkpoint, anywhere behind 120), so
+    whether it got past its start is unknown too, and the final reports alone cannot tell (the
+    step it failed at is no start). Unknown is not no progress: restart."""
+    job, pods = first_attempt()
+    job, pods = fail_attempt(job, pods, 10, step_reached=120)
+    job, pods = runs(job, pods, 20, reads)
+    job, _ = fail_attempt(job, pods, 70, step_reached=118, rank=1)
+    st = job["status"]
+    restarted(st, 2)
+    assert st["restarts"][-1]["step"] == 118
+
+
+def test_an_attempt_that_ended_without_a_word_is_unknown() -> None:
+    """Attempt 0 was seen at step 120 when its launchers were SIGKILLed (no final report).
+    Attempt 1 was never read and ends the same way: nothing says where it started or how far
+    it got, not even that it reached no step. Unknown: restart."""
+    job, pods = first_attempt()
+    job, pods = runs(job, pods, 5, (120,))
+    killed = [set_terminated(p, 137, None, t=25) for p in pods]
+    _, job, pods = step(job, killed, 26)
+    _, job, pods = step(job, drop_terminating(pods), 27)
+    st = job["status"]
+    assert st["attempt"] == 1 and st["restarts"][-1]["step"] == 120
+    signature = st["restarts"][-1]["signature"]
+    job, pods = runs(job, pods, 30)
+    killed = [set_terminated(p, 137, None, t=50) for p in pods]
+    _, job, _ = step(job, killed, 51)
+    st = job["status"]
+    assert st["phase"] == "Restarting" and st["attempt"] == 2, cond(st, "Failed")
+    assert st["restarts"][-1]["signature"] == signature  # the same error: only progress differs
+
+
+# ---- collective timeouts: where they time out --------------------------------------------------
+
+WATCHDOG = (
+    "RuntimeError: [Rank {rank}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+    "for 600{rank}07 milliseconds before timing out."
+)
+
+
+def timed_out(index: int, node: str, rank: int = 0, at: str | None = None) -> Candidate:
+    message = WATCHDOG.format(rank=rank, seq=7 + index)
+    return Candidate(
+        index, f"job-{index}", node, "comm", "NCCLTimeout", 0.0, rank=rank, exit_code=-6,
+        message=message, says="nccl-timeout", location=at,
+    )  # fmt: skip
+
+
+def test_a_collective_timeout_signature_names_where_it_timed_out() -> None:
+    sig = crashloop.signature
+    assert (sig(timed_out(1, "n2")) or "").startswith(
+        "comm/NCCLTimeout/-6: index 1 on node n2, first to give up: RuntimeError: [Rank N] "
+        "Watchdog caught collective operation timeout"
+    )
+    assert sig(timed_out(1, "n2", rank=2)) == sig(timed_out(1, "n2", rank=3))
+    assert sig(timed_out(1, "n2")) != sig(timed_out(1, "n3")), "another node: another cause"
+    assert sig(timed_out(1, "n2")) != sig(timed_out(0, "n2"))
+    # A launcher found the rank the others waited for: where it was is the site, any node.
+    at22 = "/w/t.py:22 in load"
+    assert sig(timed_out(1, "n2", 3, at22)) == sig(timed_out(0, "n5", 3, at22))
+    assert sig(timed_out(1, "n2", 3, at22)) != sig(timed_out(1, "n2", 3, "/w/t.py:40 in load"))
+
+
+def time_out(
+    job: dict[str, Any], pods: list[dict[str, Any]], t: float, reached: int, first: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Every rank's NCCL watchdog times out at step `reached` (every rank waits in the
+    collective: a link, not a rank), pod `first`'s first, the other's 3 s later (the operator
+    sees each as it happens); the job after the decision and the next attempt's pods."""
+    pods = list(pods)
+    for n, i in enumerate((first, 1 - first)):
+        when = t + 3 * n
+        error = WATCHDOG.format(rank=2 * i, seq=reached * 3 + i)
+        body = report(
+            "Failed", [2 * i, 2 * i + 1], [failure(2 * i, "comm", when, error, -6)], i, step=reached
+        )
+        pods[i] = set_terminated(pods[i], 1, body, t=when)
+        _, job, _ = step(job, pods, when + 1)
+    _, job, pods = step(job, pods, t + 5)
+    if job["status"]["phase"] == "Restarting":
+        _, job, pods = step(job, drop_terminating(pods), t + 6)
+    return job, pods
+
+
+@pytest.mark.parametrize(
+    ("second", "loop"),
+    [
+        # Resumed at 4000, timed out there before training a step, on other nodes: another
+        # link, another cause.
+        ({"nodes": ("n3", "n4"), "reads": (4000,), "reached": 4000, "first": 0}, False),
+        # ... at the very step attempt 0 timed out at, on another node: another cause.
+        ({"nodes": ("n3", "n4"), "reads": (4000, 5000), "reached": 5000, "first": 1}, False),
+        # The same pod on the same node times out again before a step past its start: a loop.
+        ({"nodes": ("n1", "n2"), "reads": (4000,), "reached": 4000, "first": 1}, True),
+        # ... or at the same step as before: a loop.
+        ({"nodes": ("n1", "n2"), "reads": (4000, 5000), "reached": 5000, "first": 1}, True),
+    ],
+)
+def test_nccl_timeouts_are_a_crash_loop_only_on_the_same_node(
+    second: dict[str, Any], loop: bool
+) -> None:
+    """Attempt 0 trains to step 5000 on n1 and n2, where pod 1's watchdog (node n2) times out
+    first; attempt 1 resumes from the step-4000 checkpoint and times out again."""
+    job, pods = first_attempt()
+    job, pods = runs(job, pods, 5, (0, 5000))
+    job, pods = time_out(job, pods, 50, 5000, first=1)
+    st = job["status"]
+    assert st["attempt"] == 1 and st["restarts"][-1]["step"] == 5000
+    assert st["failure"]["reason"] == "NCCLTimeout" and st["failure"]["index"] == 1
+    job, pods = runs(job, pods, 100, second["reads"], second["nodes"])
+    job, _ = time_out(job, pods, 200, second["reached"], second["first"])
+    st = job["status"]
+    if loop:
+        failed = cond(st, "Failed")
+        assert failed is not None and failed["reason"] == "CrashLoopNoProgress"
+    else:
+        restarted(st, 2)
+        assert st["failure"]["index"] == second["first"]

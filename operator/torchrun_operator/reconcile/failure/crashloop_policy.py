@@ -23,7 +23,9 @@ def crash_loop(ctx: Ctx, cause: Candidate, signature: str | None, step: int | No
     progress = ctx.status.get("progress") or {}
     start = progress.get(crashloop.START_STEP)
     start = start if isinstance(start, int) and not isinstance(start, bool) else None
-    if not crashloop.made_no_progress(step, start, previous):
+    reports = (p.report for p in ctx.pods if p.attempt == ctx.attempt)
+    final = crashloop.last_step_known(cause.kind == "stalled", reports)
+    if not crashloop.made_no_progress(step, start, previous, final):
         return False
     here = "before its first step" if step is None else f"at step {step}"
     if step is not None and step != previous:
