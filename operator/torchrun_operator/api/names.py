@@ -32,6 +32,10 @@ LABEL_INDEX = f"{GROUP}/index"
 # from pods of earlier operator versions) so that selectors written against it keep working.
 LABEL_NODE_RANK = f"{GROUP}/node-rank"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The nodes the operator's required node affinity keeps a pod off (status.avoidedNodes when
+# it was rendered, render/placement.py), comma-separated and sorted; absent when none. The
+# reconciler reads it (reconcile/podinput.py) to find a pod kept off a node no longer avoided.
+ANNOTATION_AVOIDED_NODES = f"{GROUP}/avoided-nodes"
 # kubectl apply's copy of the whole applied object, on the object itself.
 ANNOTATION_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 

@@ -122,6 +122,12 @@ class Reason(StrEnum):
     NCCL_ERROR = "NCCLError"
     # events: the next attempts keep off a node (reconcile/failure/avoid.py)
     AVOIDING_NODE = "AvoidingNode"
+    # Scheduled False: pods wait, kept off avoided nodes, and the scheduler finds no node
+    # matching their node affinity (reconcile/gang.py)
+    AVOIDED_NODES = "AvoidedNodes"
+    # a pod kept off a node no longer avoided is created again without it: the event, its
+    # status.ranks entry's reason, Scheduled False meanwhile (reconcile/failure/avoid.py)
+    AVOIDANCE_LIFTED = "AvoidanceLifted"
     # events about single pods
     RANK_FAILED = "RankFailed"
     POD_REPLACED = "PodReplaced"

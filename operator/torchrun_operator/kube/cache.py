@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from torchrun_operator.api.names import ANNOTATION_AVOIDED_NODES
 from torchrun_operator.api.names import ANNOTATION_LAST_APPLIED as LAST_APPLIED
 from torchrun_operator.api.names import LABEL_JOB_NAME as JOB_LABEL
 
@@ -114,17 +115,24 @@ POD_METADATA_KEPT = (
     "creationTimestamp", "deletionTimestamp",
 )  # fmt: skip
 POD_SPEC_KEPT = ("nodeName",)
+# Of the annotations, only the one the operator wrote to decide by.
+POD_ANNOTATIONS_KEPT = (ANNOTATION_AVOIDED_NODES,)
 
 
 def slim_pod(pod: Obj) -> Obj:
-    """The parts of a pod the operator reads (metadata it decides by, spec.nodeName, the
-    whole status), so a cache of thousands of pods holds what it needs and no more."""
+    """The parts of a pod the operator reads (metadata it decides by, the avoided-nodes
+    annotation, spec.nodeName, the whole status), so a cache of thousands of pods holds what
+    it needs and no more."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     out: Obj = {
         "metadata": {k: meta[k] for k in POD_METADATA_KEPT if k in meta},
         "spec": {k: spec[k] for k in POD_SPEC_KEPT if k in spec},
     }
+    annotations = meta.get("annotations") or {}
+    kept = {k: annotations[k] for k in POD_ANNOTATIONS_KEPT if k in annotations}
+    if kept:
+        out["metadata"]["annotations"] = kept
     for k in ("kind", "apiVersion", "status"):
         if k in pod:
             out[k] = pod[k]

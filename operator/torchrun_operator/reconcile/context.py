@@ -159,6 +159,8 @@ class Seen:
     # Pods the operator last saw Pending and sees Running now: bound this moment, perhaps in
     # the room pods that gave up on them freed (hang.absent_reason).
     started_now: set[int] = field(default_factory=set)
+    # Pods deleted to be created again: kept off nodes no longer avoided (failure/avoid.py).
+    recreated: set[int] = field(default_factory=set)
 
 
 def renamed(record: Any) -> Any:

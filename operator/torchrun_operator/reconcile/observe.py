@@ -94,6 +94,9 @@ class PodView:
     ip: str | None = None
     # Why the pod's termination message was refused (reconcile/podinput.py), if it was.
     report_rejected: str | None = None
+    # The nodes its rendered node affinity keeps it off (status.avoidedNodes when it was
+    # created; the annotation render/placement.py writes).
+    avoided: frozenset[str] = frozenset()
 
     @property
     def terminal(self) -> bool:
@@ -119,6 +122,7 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
     owner = next(
         (o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None
     )
@@ -158,6 +162,7 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
         uid=meta.get("uid"),
         ip=status.get("podIP"),
         report_rejected=report.reason if isinstance(report, Rejected) else None,
+        avoided=podinput.avoided_nodes(annotations.get(names.ANNOTATION_AVOIDED_NODES)),
     )
 
 

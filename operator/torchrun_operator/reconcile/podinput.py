@@ -61,6 +61,12 @@ MAX_ID = 253  # the rendezvous id
 MAX_LOCATION = 256  # a stack frame, "file:line in function"
 MAX_ERROR = 512  # a worker's recorded error, the report's message
 MAX_STDERR = 2048  # the last lines of a failed worker's stderr
+# The avoided-nodes annotation (api/names.py): a pod is rendered with at most avoid.MAX_NODES
+# names, each a node name (a DNS-1123 subdomain, at most MAX_NODE_NAME); more than
+# MAX_AVOIDED, or any other text, is not what the operator wrote.
+MAX_AVOIDED = 16
+MAX_NODE_NAME = 253
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 REPORT_STATES = frozenset(
     (
@@ -451,3 +457,23 @@ def _failure(f: Mapping[str, Any]) -> contract.FailureRecord:
         # The tail is what matters: keep the last MAX_STDERR characters.
         out["stderr"] = stderr if len(stderr) <= MAX_STDERR else stderr[-MAX_STDERR:]
     return cast(contract.FailureRecord, {k: v for k, v in out.items() if v is not None})
+
+
+# ---- what the operator wrote on the pod -----------------------------------------------------
+
+
+def avoided_nodes(value: object) -> frozenset[str]:
+    """The nodes the pod's rendered node affinity keeps it off, from its avoided-nodes
+    annotation (render/placement.py): a comma-separated list of node names. Anyone who may
+    edit the pod may edit it too: text that is not such a list of at most MAX_AVOIDED names
+    says nothing (empty), and the pod is taken for one kept off no node."""
+    if not isinstance(value, str) or not value:
+        return frozenset()
+    if len(value) > MAX_AVOIDED * (MAX_NODE_NAME + 1):
+        return frozenset()
+    nodes = value.split(",")
+    if len(nodes) > MAX_AVOIDED:
+        return frozenset()
+    if not all(len(n) <= MAX_NODE_NAME and _NODE_NAME.fullmatch(n) for n in nodes):
+        return frozenset()
+    return frozenset(nodes)

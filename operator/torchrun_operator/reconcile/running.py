@@ -15,6 +15,7 @@ from ..render import render_pod
 from . import attempts, failure, gang, hang
 from . import conditions as cond
 from .context import Ctx, Seen, counts, entries
+from .failure import avoid
 from .failure.avoid import nodes as avoided_nodes
 from .failure.replace import replacement_of
 from .finish import finish
@@ -108,6 +109,14 @@ def observe(ctx: Ctx) -> None:
                 seen.candidates.append(
                     lost_candidate(i, pod_name, before.get("node"), Reason.POD_DELETED, ctx.now)
                 )
+            continue
+        again = avoid.recreate(ctx, i, pod, before)
+        if again is not None:
+            # Going, to be created again under its name: the slot waits for that pod.
+            seen.slots[i] = (pod_name, None)
+            seen.recreated.add(i)
+            seen.alive.add(i)
+            ranks.append(again)
             continue
         seen.current[i] = pod
         entry = rank_entry(i, pod, ctx.live.get(pod.uid or ""), before)

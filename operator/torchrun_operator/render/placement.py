@@ -70,15 +70,26 @@ def placement_terms(
     return affinity, anti
 
 
-def avoid_nodes(pod_spec: dict[str, Any], nodes: Sequence[str]) -> None:
+def avoid_nodes(metadata: dict[str, Any], pod_spec: dict[str, Any], nodes: Sequence[str]) -> None:
     """Keeps the pod off `nodes` (status.avoidedNodes, reconcile/failure/avoid.py): a required
     node affinity on the node's name (metadata.name, what the pod's spec.nodeName recorded;
     the kubernetes.io/hostname label usually equals it but need not). The template's terms
     stay: the requirement is added to each of its node selector terms (they are ORed, their
-    requirements ANDed), or is the only term."""
-    if not nodes:
+    requirements ANDed), or is the only term. The annotation ANNOTATION_AVOIDED_NODES names
+    the same nodes: the affinity alone cannot tell them from a NotIn of the template's own.
+    The operator's alone: a template's value of it is dropped."""
+    kept = sorted(set(nodes))
+    key = names.ANNOTATION_AVOIDED_NODES
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k != key}
+    if kept:
+        annotations[key] = ",".join(kept)
+    if annotations:
+        metadata["annotations"] = annotations
+    else:
+        metadata.pop("annotations", None)
+    if not kept:
         return
-    requirement = {"key": "metadata.name", "operator": "NotIn", "values": sorted(nodes)}
+    requirement = {"key": "metadata.name", "operator": "NotIn", "values": kept}
     node_affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     selector = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = selector.setdefault("nodeSelectorTerms", [])

@@ -260,5 +260,5 @@ def render_pod(
     # spec.scheduling: the attempt's gang and the placement's affinity terms.
     gang.apply_to_pod(job, spec, metadata, pod_spec)
     placement.apply_to_pod(job, spec, metadata, pod_spec)
-    placement.avoid_nodes(pod_spec, avoid_nodes)
+    placement.avoid_nodes(metadata, pod_spec, avoid_nodes)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}

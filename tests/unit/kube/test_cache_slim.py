@@ -16,10 +16,11 @@ from torchrun_operator.reconcile.observe import view
 from torchrun_operator.render import render_pod
 
 
-def api_pod(phase: str, *, failed: bool = False) -> dict[str, Any]:
+def api_pod(phase: str, *, failed: bool = False, avoid: tuple[str, ...] = ()) -> dict[str, Any]:
     """A rendered pod as the API returns it: defaults, managedFields, a status."""
     job = jobs.job("big", nodes=4, metadata={"namespace": "ns", "uid": "job-uid"})
-    pod = copy.deepcopy(render_pod(job, 1, 0))
+    job["spec"]["template"]["metadata"] = {"annotations": {"team": "vision"}}
+    pod = copy.deepcopy(render_pod(job, 1, 0, avoid_nodes=avoid))
     pod["metadata"].update(
         namespace="ns",
         uid="pod-uid",
@@ -42,7 +43,11 @@ def api_pod(phase: str, *, failed: bool = False) -> dict[str, Any]:
 
 
 def test_every_reader_sees_the_same_pod_through_the_slim_cache() -> None:
-    for pod in (api_pod("Running"), api_pod("Failed", failed=True)):
+    for pod in (
+        api_pod("Running"),
+        api_pod("Failed", failed=True),
+        api_pod("Pending", avoid=("node-2", "node-5")),
+    ):
         c = PodCache(keep=slim_pod)
         key = c.put(copy.deepcopy(pod))
         assert key is not None
@@ -51,6 +56,11 @@ def test_every_reader_sees_the_same_pod_through_the_slim_cache() -> None:
         assert targets_of([kept], 0) == targets_of([pod], 0)
         assert pods_left([kept], "job-uid") == pods_left([pod], "job-uid") == 1
         assert kept["metadata"]["uid"] == "pod-uid"
+    # Of the annotations, the cache keeps the one the reconciler reads.
+    kept = slim_pod(api_pod("Pending", avoid=("node-2",)))
+    assert kept["metadata"]["annotations"] == {"torchrun.dev/avoided-nodes": "node-2"}
+    assert view(kept, "trainer").avoided == {"node-2"}
+    assert "annotations" not in slim_pod(api_pod("Running"))["metadata"]
 
 
 def test_the_slim_pod_is_a_fraction_of_the_api_object() -> None:

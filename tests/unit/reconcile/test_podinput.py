@@ -268,3 +268,29 @@ def test_a_checkpoint_report_is_kept_bounded() -> None:
 def test_a_bad_checkpoint_report_refuses_the_answer(checkpoint: object, why: str) -> None:
     got = _answer_with(checkpoint)
     assert isinstance(got, Rejected) and why in got.reason, got
+
+
+def test_the_avoided_nodes_annotation_is_read_as_written() -> None:
+    assert podinput.avoided_nodes("gpu-node-2,rack1.node-7") == {"gpu-node-2", "rack1.node-7"}
+    assert podinput.avoided_nodes(None) == frozenset()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        ",",
+        "n1,,n2",
+        "Node-Upper",
+        "n1, n2",
+        "n" * 254,
+        ",".join(f"n{i}" for i in range(podinput.MAX_AVOIDED + 1)),
+        "n1," * 10_000,
+        ["n1"],
+        7,
+    ],
+)
+def test_an_avoided_nodes_annotation_not_as_written_says_nothing(value: object) -> None:
+    """Anyone who may edit the pod may edit it: what the operator never writes keeps the pod
+    off no node as far as the operator knows (it is not deleted for it)."""
+    assert podinput.avoided_nodes(value) == frozenset()

@@ -21,6 +21,7 @@ from dtj_factory import (
     start,
     step,
 )
+from jobs import condition as cond
 from reports import report
 from torchrun_operator.cli.format import format_job_status
 from torchrun_operator.reconcile.failure import avoid
@@ -246,3 +247,143 @@ def test_the_failed_ranks_reason_says_what_failed() -> None:
     pods[1] = ecc_on(pods[1])
     plan, _, _ = step(job, pods, 30)
     assert plan.status["ranks"][1]["reason"] == "GPUDeviceError"
+
+
+# ---- pods kept off a node no longer avoided (issue 45) --------------------------------------
+
+# What kube-scheduler says of a pod whose required node affinity rules out the only free node.
+KEPT_OFF = (
+    "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) didn't match Pod's "
+    "node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful."
+)
+NO_ROOM = "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+
+
+def unschedulable(pod: dict[str, Any], message: str) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    pod["status"] = {"phase": "Pending", "conditions": [{**scheduled, "message": message}]}
+    return pod
+
+
+def waiting_off_n2(
+    message: str = KEPT_OFF, **spec: Any
+) -> tuple[dict[str, Any], list[dict[str, Any]], str, float]:
+    """A 2-pod job on a pool of two nodes: an ECC error on n2 restarts it, and the next
+    attempt's pods, kept off n2, wait for the scheduler (a gang places both or neither). The
+    job, its pods, when n2's time is up (as in the status, and in seconds after T0)."""
+    job, pods = running_on(make_job(nodes=2, failurePolicy=POLICY, **spec), ["n1", "n2"])
+    pods[1] = ecc_on(pods[1])
+    plan, job, pods = settled(job, pods)
+    until = plan.status["avoidedNodes"][0]["until"]
+    plan, job, pods = restart_after(job, pods)
+    assert all(kept_off(p) == [["n2"]] for p in plan.create)
+    pods = [unschedulable(p, message) for p in pods if p["metadata"]["name"].endswith("-a1")]
+    later = (datetime.fromisoformat(until.replace("Z", "+00:00")) - T0).total_seconds()
+    return job, pods, until, later
+
+
+def test_a_job_that_waits_because_of_avoided_nodes_says_so() -> None:
+    job, pods, until, later = waiting_off_n2(scheduling={"gang": "Native"})
+    plan, job, pods = step(job, pods, 100)
+    st = plan.status
+    assert st["phase"] == "Waiting"
+    c = cond(st, "Scheduled")
+    assert c is not None and (c["status"], c["reason"]) == ("False", "AvoidedNodes")
+    assert c["message"].startswith("2 of 2 pods not scheduled; Native gang scheduling places 2")
+    assert f"the job keeps its pods off avoided nodes n2 (until {until})" in c["message"]
+    assert "created again without a node once that node is no longer avoided" in c["message"]
+    assert [e.reason for e in plan.events] == ["Waiting"]
+    # The operator looks again when n2's time is up, whatever else wakes it.
+    assert plan.requeue_after == later - 100
+
+
+def test_pods_waiting_for_room_are_not_said_to_wait_for_avoided_nodes() -> None:
+    job, pods, _, _ = waiting_off_n2(NO_ROOM)
+    plan, _, _ = step(job, pods, 100)
+    c = cond(plan.status, "Scheduled")
+    assert c is not None and c["reason"] == "Unschedulable" and "avoided" not in c["message"]
+
+
+def test_a_waiting_pod_kept_off_a_node_no_longer_avoided_is_created_again_without_it() -> None:
+    job, pods, _, later = waiting_off_n2(scheduling={"gang": "Native"})
+    plan, job, pods = step(job, pods, 100)
+    restarts = plan.status["counters"]["restarts"]
+    # n2's time is up: both pods of the gang go, to be created again under their names.
+    plan, job, pods = step(job, pods, later + 1)
+    st = plan.status
+    assert "avoidedNodes" not in st
+    assert sorted(plan.delete) == ["job-0-a1", "job-1-a1"] and plan.create == []
+    assert [(r["pod"], r["phase"], r["reason"]) for r in st["ranks"]] == [
+        ("job-0-a1", "Creating", "AvoidanceLifted"),
+        ("job-1-a1", "Creating", "AvoidanceLifted"),
+    ]
+    assert st["ranks"][1]["message"] == "kept off n2, no longer avoided: created again without it"
+    assert [e.message for e in plan.events if e.reason == "AvoidanceLifted"] == [
+        "pod job-0-a1 (index 0): kept off n2, no longer avoided: created again without it",
+        "pod job-1-a1 (index 1): kept off n2, no longer avoided: created again without it",
+    ]
+    c = cond(st, "Scheduled")
+    assert c is not None and (c["status"], c["reason"]) == ("False", "AvoidanceLifted")
+    # Their going is the decision, not a failure: no restart, the same attempt.
+    assert (st["attempt"], st["counters"]["restarts"], st["phase"]) == (1, restarts, "Waiting")
+    assert all("deletionTimestamp" in p["metadata"] for p in pods)
+    plan, job, pods = step(job, pods, later + 2)
+    assert plan.status["phase"] != "Restarting" and plan.create == []
+    assert plan.events == []
+    # Once gone, they are created again, kept off no node, in the attempt's own PodGroup.
+    plan, job, pods = step(
+        job, [p for p in pods if "deletionTimestamp" not in p["metadata"]], later + 3
+    )
+    assert [p["metadata"]["name"] for p in plan.create] == ["job-0-a1", "job-1-a1"]
+    assert all(kept_off(p) == [] for p in plan.create)
+    assert all("annotations" not in p["metadata"] for p in plan.create)
+    group = plan.status["scheduling"]["podGroup"]
+    assert group == "job-a1"
+    assert all(p["spec"]["schedulingGroup"] == {"podGroupName": group} for p in plan.create)
+    assert plan.status["counters"]["restarts"] == restarts
+    # Placed now: running, as any attempt.
+    pods = [set_running(p, ready=True, node=n) for p, n in zip(pods, ["n1", "n2"], strict=True)]
+    plan, _, _ = step(job, pods, later + 10)
+    assert plan.status["phase"] == "Running" and plan.delete == []
+    c = cond(plan.status, "Scheduled")
+    assert c is not None and (c["status"], c["reason"]) == ("True", "AllPodsScheduled")
+
+
+def test_a_recreated_pod_seen_bound_before_it_went_is_not_a_failure() -> None:
+    """The scheduler bound the pods between the decision and the delete: they are deleted
+    all the same (seen before the delete, and while it runs), and their going spends
+    nothing."""
+    job, pods, _, later = waiting_off_n2()
+    plan, job, pods = step(job, pods, later + 1)
+    assert sorted(plan.delete) == ["job-0-a1", "job-1-a1"]
+    failed, counters = plan.status["failure"], plan.status["counters"]
+    for p in pods:
+        p["metadata"].pop("deletionTimestamp")
+    bound = [set_running(p, node="n1") for p in pods]
+    plan, job, pods = step(job, bound, later + 2)
+    assert sorted(plan.delete) == ["job-0-a1", "job-1-a1"]
+    plan, job, pods = step(job, pods, later + 3)
+    st = plan.status
+    assert st["phase"] != "Restarting" and st["attempt"] == 1
+    assert (st["failure"], st["counters"]) == (failed, counters)  # the ECC error's, as before
+    assert [r["reason"] for r in st["ranks"]] == ["AvoidanceLifted"] * 2
+    assert all("deletionTimestamp" in p["metadata"] for p in pods)
+
+
+def test_a_placed_pod_keeps_its_affinity_when_the_node_is_no_longer_avoided() -> None:
+    job, pods, _, later = waiting_off_n2()
+    pods = [set_running(p, ready=True, node="n1") for p in pods]
+    plan, job, pods = step(job, pods, 100)
+    plan, _, _ = step(job, pods, later + 1)
+    assert "avoidedNodes" not in plan.status
+    assert plan.delete == [] and plan.create == []
+    assert plan.status["phase"] == "Running"
+    assert [e.reason for e in plan.events if e.reason == "AvoidanceLifted"] == []
+
+
+def test_a_pod_still_kept_off_an_avoided_node_waits() -> None:
+    job, pods, _, later = waiting_off_n2()
+    plan, _, _ = step(job, pods, later - 1)
+    assert plan.delete == [] and plan.status["avoidedNodes"]
+    assert plan.requeue_after is not None and plan.requeue_after <= 1

@@ -180,6 +180,26 @@ def test_template_untouched_and_passthrough_fields_kept() -> None:
     assert pod["metadata"]["annotations"] == {"x": "y"}
 
 
+def test_the_avoided_nodes_are_named_on_the_pod_and_only_the_operator_names_them() -> None:
+    """The pod says which nodes its rendered affinity keeps it off (the reconciler finds a
+    waiting pod kept off a node no longer avoided by it); a template's own value of that
+    annotation is dropped, or a pod would be taken for one kept off nodes for ever."""
+    job = make_job()
+    key = names.ANNOTATION_AVOIDED_NODES
+    job["spec"]["template"]["metadata"] = {"annotations": {key: "n9", "x": "y"}}
+    assert render_pod(job, 0, 0)["metadata"]["annotations"] == {"x": "y"}
+    pod = render_pod(job, 0, 0, avoid_nodes=["n3", "n1", "n3"])
+    assert pod["metadata"]["annotations"] == {"x": "y", key: "n1,n3"}
+    [term] = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert term["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": ["n1", "n3"]}
+    ]
+    job["spec"]["template"]["metadata"] = {"annotations": {key: "n9"}}
+    assert "annotations" not in render_pod(job, 0, 0)["metadata"]
+
+
 def test_user_shm_mount_wins() -> None:
     job = make_job(container={"volumeMounts": [{"name": "big", "mountPath": "/dev/shm"}]})
     job["spec"]["template"]["spec"]["volumes"] = [
