@@ -38,6 +38,10 @@ ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
 ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
 ENV_INDEX = "TORCHRUN_OPERATOR_INDEX"
 ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"  # the index's deprecated name
+# The gang attempt the pod belongs to (status.attempt when it was created; an elastic
+# replacement has its attempt's): a script names what it writes to shared storage with it, so
+# an earlier attempt's pods still running on a partitioned node never write the same files.
+ENV_ATTEMPT = "TORCHRUN_OPERATOR_ATTEMPT"
 ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
 ENV_STATUS_PORT = "TORCHRUN_OPERATOR_STATUS_PORT"
 ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
@@ -46,6 +50,7 @@ ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
 # launcher passes a newer one it saw itself to the workers of an in-pod restart).
 ENV_CHECKPOINT_DIR = "TORCHRUN_OPERATOR_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "TORCHRUN_OPERATOR_RESUME_FROM"
+
 
 # States of the report (the termination message).
 SUCCEEDED = "Succeeded"

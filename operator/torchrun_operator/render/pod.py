@@ -45,6 +45,7 @@ OWNED_ENV = (
     contract.ENV_DNS_TIMEOUT,
     contract.ENV_INDEX,
     contract.ENV_NODE_RANK,
+    contract.ENV_ATTEMPT,
     contract.ENV_PROGRESS_FILE,
     contract.ENV_PROGRESS_TIMEOUT,
     contract.ENV_PROGRESS_WINDOW,
@@ -112,7 +113,7 @@ def _checkpoint_env(job: dict[str, Any], spec: JobSpec) -> list[dict[str, Any]]:
     return env
 
 
-def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any]]:
+def _env(spec: JobSpec, node_index: int, attempt: int, status_port: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": contract.ENV_STATE_DIR, "value": contract.STATE_DIR},
@@ -120,6 +121,7 @@ def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any
         {"name": contract.ENV_INDEX, "value": str(node_index)},
         # Deprecated name of the index (it is not torchrun's node rank), kept for scripts.
         {"name": contract.ENV_NODE_RANK, "value": str(node_index)},
+        {"name": contract.ENV_ATTEMPT, "value": str(attempt)},
         {"name": contract.ENV_PROGRESS_FILE, "value": PROGRESS_FILE},
         {"name": contract.ENV_PROGRESS_WINDOW, "value": str(_window(spec))},
         {"name": contract.ENV_STATUS_PORT, "value": str(status_port)},
@@ -148,7 +150,7 @@ def _trainer(
     container["args"] = [*torchrun_args(job, node_index, attempt), *passthrough, "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
     port, status_port = ports(job, spec)
-    container["env"] = user_env + _env(spec, node_index, status_port) + _checkpoint_env(job, spec)
+    container["env"] = user_env + _env(spec, node_index, attempt, status_port) + _checkpoint_env(job, spec)
     local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
     if local_rank_arg:
         # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.
