@@ -8,6 +8,7 @@ the launcher it imports only the standard library.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any, Final, Literal, TypedDict
 
@@ -50,6 +51,23 @@ ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
 # launcher passes a newer one it saw itself to the workers of an in-pod restart).
 ENV_CHECKPOINT_DIR = "TORCHRUN_OPERATOR_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "TORCHRUN_OPERATOR_RESUME_FROM"
+
+
+def checkpoint_outside(path: str, directory: str) -> str | None:
+    """Why a reported checkpoint `path` does not lie in the checkpoint storage mounted at
+    `directory` (spec.checkpoint.mountPath, $TORCHRUN_OPERATOR_CHECKPOINT_DIR), or None when it
+    does: an absolute path without a `..` component, at or under the directory. Only such a
+    path is resumed from: any other would make every later pod of the job read whatever a
+    script (or anything else that writes the pod's reports) named."""
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    if ".." in path.split("/"):
+        return "holds a '..' component"
+    root = posixpath.normpath(directory)
+    found = posixpath.normpath(path)
+    if found != root and not found.startswith(root.rstrip("/") + "/"):
+        return f"is not under the checkpoint mount {root}"
+    return None
 
 
 # States of the report (the termination message).
