@@ -75,8 +75,10 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
 
     status = wait_for("a reported checkpoint at step 10 or later", checkpointed, timeout=180)
     seen = status["lastCheckpoint"]
-    assert seen["path"] == f"/checkpoints/step-{seen['step']}.pt", seen
-    assert ckpt.is_file(f"step-{seen['step']}.pt")
+    # The first attempt's own file, and its completion marker (docs/progress.md).
+    assert seen["path"] == f"/checkpoints/step-{seen['step']}.a0.pt", seen
+    assert ckpt.is_file(f"step-{seen['step']}.a0.pt")
+    assert ckpt.is_file(f"step-{seen['step']}.a0.pt.complete")
     # Every pod has the storage's path; none of the first attempt had anything to resume.
     for pod in job_pods(kube, namespace, name):
         env = env_of(pod)
@@ -114,6 +116,7 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
     assert seen["step"] <= resumed <= first[-1], (first, second)
     assert second[1:] == list(range(resumed + 1, STEPS + 1)), second
     # It was the operator that told it where.
-    assert told == [f"/checkpoints/step-{resumed}.pt"] * NODES, told
-    # The last checkpoint of the run is the job's.
+    assert told == [f"/checkpoints/step-{resumed}.a0.pt"] * NODES, told
+    # The last checkpoint of the run is the job's, the second attempt's own file.
     assert done["status"]["lastCheckpoint"]["step"] == STEPS
+    assert done["status"]["lastCheckpoint"]["path"] == f"/checkpoints/step-{STEPS}.a1.pt"

@@ -8,6 +8,7 @@ the launcher it imports only the standard library.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any, Final, Literal, TypedDict
 
@@ -38,6 +39,10 @@ ENV_PROGRESS_FILE = "TORCHRUN_OPERATOR_PROGRESS_FILE"
 ENV_PROGRESS_TIMEOUT = "TORCHRUN_OPERATOR_PROGRESS_TIMEOUT"
 ENV_INDEX = "TORCHRUN_OPERATOR_INDEX"
 ENV_NODE_RANK = "TORCHRUN_OPERATOR_NODE_RANK"  # the index's deprecated name
+# The gang attempt the pod belongs to (status.attempt when it was created; an elastic
+# replacement has its attempt's): a script names what it writes to shared storage with it, so
+# an earlier attempt's pods still running on a partitioned node never write the same files.
+ENV_ATTEMPT = "TORCHRUN_OPERATOR_ATTEMPT"
 ENV_LOCAL_RANK_ARG = "TORCHRUN_OPERATOR_LOCAL_RANK_ARG"
 ENV_STATUS_PORT = "TORCHRUN_OPERATOR_STATUS_PORT"
 ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
@@ -46,6 +51,24 @@ ENV_PROGRESS_WINDOW = "TORCHRUN_OPERATOR_PROGRESS_WINDOW"
 # launcher passes a newer one it saw itself to the workers of an in-pod restart).
 ENV_CHECKPOINT_DIR = "TORCHRUN_OPERATOR_CHECKPOINT_DIR"
 ENV_RESUME_FROM = "TORCHRUN_OPERATOR_RESUME_FROM"
+
+
+def checkpoint_outside(path: str, directory: str) -> str | None:
+    """Why a reported checkpoint `path` does not lie in the checkpoint storage mounted at
+    `directory` (spec.checkpoint.mountPath, $TORCHRUN_OPERATOR_CHECKPOINT_DIR), or None when it
+    does: an absolute path without a `..` component, at or under the directory. Only such a
+    path is resumed from: any other would make every later pod of the job read whatever a
+    script (or anything else that writes the pod's reports) named."""
+    if not path.startswith("/"):
+        return "is not an absolute path"
+    if ".." in path.split("/"):
+        return "holds a '..' component"
+    root = posixpath.normpath(directory)
+    found = posixpath.normpath(path)
+    if found != root and not found.startswith(root.rstrip("/") + "/"):
+        return f"is not under the checkpoint mount {root}"
+    return None
+
 
 # States of the report (the termination message).
 SUCCEEDED = "Succeeded"

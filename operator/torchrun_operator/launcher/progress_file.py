@@ -12,6 +12,7 @@ import stat
 from collections import deque
 from typing import Any
 
+from .contract import ENV_CHECKPOINT_DIR, checkpoint_outside
 from .logline import log
 
 # The progress file is written by the user's script: untrusted input. The launcher reads at
@@ -75,7 +76,8 @@ def parse_progress(text: str | None) -> dict[str, Any] | None:
     {"step": c, "path": p}} (total, stepTime and checkpoint optional: the declared number of
     steps, the seconds this rank spent on its own work in the last step, a checkpoint just
     saved; without "step", a checkpoint's step is the step). None when there is no valid step
-    in it; a total, stepTime or checkpoint out of range is dropped. Never raises."""
+    in it; a total, stepTime or checkpoint out of range is dropped, and so is a checkpoint
+    outside $TORCHRUN_OPERATOR_CHECKPOINT_DIR when that is set. Never raises."""
     text = (text or "").strip()
     if not text:
         return None
@@ -87,8 +89,16 @@ def parse_progress(text: str | None) -> dict[str, Any] | None:
             data = None
     if isinstance(data, dict):
         checkpoint = _checkpoint(data.get("checkpoint"))
+        storage = os.environ.get(ENV_CHECKPOINT_DIR)
+        outside = (
+            checkpoint_outside(checkpoint["path"], storage) if checkpoint and storage else None
+        )
         if data.get("checkpoint") is not None and checkpoint is None:
             _ignore_progress(text, "checkpoint is not {step: 0..2**53, path: 1..1024 chars}")
+        elif outside is not None:
+            # Never resumed from (contract.checkpoint_outside), so never reported either.
+            _ignore_progress(text, f"checkpoint path {outside}")
+            checkpoint = None
         step = _progress_int(data.get("step", checkpoint["step"] if checkpoint else None))
         if step is None:
             _ignore_progress(text, "no step in 0..2**53")

@@ -35,8 +35,9 @@ from .failure import SETTLE_SECONDS
 from .failure.avoid import prune as avoid_prune
 from .finish import after_finish
 from .nospec import bare_ctx
-from .observe import Live, PodView, parse_live, truncate, view
+from .observe import Live, PodView, confined, parse_live, truncate, view
 from .plan import Plan
+from .podinput import Rejected
 from .queueing import admitted, queue, record_admission
 from .refused import say_refused
 from .running import observe, start_attempt
@@ -88,13 +89,25 @@ def reconcile(
             problem = problem or f"invalid spec: {err}"
     if problem is not None:
         return nospec.invalid(bare_ctx(job, pods, status, now, view_of), problem)
-    views = [view_of(p, spec.trainer.name) for p in pods]
+    # A checkpoint a pod reports must lie in the job's checkpoint storage: it is what later
+    # pods resume from (podinput.misplaced_checkpoint).
+    mount = spec.checkpoint.mount_path if spec.checkpoint is not None else None
+    views = [confined(view_of(p, spec.trainer.name), mount) for p in pods]
     uid = meta.get("uid")
     reads: dict[str, Live] = {}
+    # Per pod uid, why its status answer was refused: by the reader, or here.
+    refused_answers = {
+        pod_uid: read["rejected"]
+        for pod_uid, read in (live or {}).items()
+        if isinstance(read, Mapping) and isinstance(read.get("rejected"), str)
+    }
     for v in views:
         if v.uid and live and v.uid in live and v.attempt is not None:
-            parsed = parse_live(live[v.uid], names.rdzv_id(str(uid), v.attempt), v.node_index)
-            if parsed is not None:
+            rdzv_id = names.rdzv_id(str(uid), v.attempt)
+            parsed = parse_live(live[v.uid], rdzv_id, v.node_index, mount)
+            if isinstance(parsed, Rejected):
+                refused_answers[v.uid] = parsed.reason
+            elif parsed is not None:
                 reads[v.uid] = parsed
     ctx = Ctx(
         job=job,
@@ -149,7 +162,7 @@ def reconcile(
                 observe(ctx)
         gang.record(ctx.status, spec, ctx.name)
         _report_blocked(ctx)
-    say_refused(ctx, live)
+    say_refused(ctx, refused_answers)
     overdue.force(ctx)
     return ctx.plan()
 

@@ -3,6 +3,7 @@ its launcher's status endpoint said while it ran (the live rank map and progress
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -166,6 +167,18 @@ def view(pod: dict[str, Any], trainer: str | None) -> PodView:
     )
 
 
+def confined(v: PodView, mount: str | None) -> PodView:
+    """`v`, its report refused (podinput.misplaced_checkpoint) when the checkpoint in it lies
+    outside the job's checkpoint storage (`mount`: spec.checkpoint.mountPath, None if none):
+    the pod then ends on its exit code, as with any refused report."""
+    found = v.report.get("checkpoint") if v.report is not None else None
+    path = found.get("path") if isinstance(found, Mapping) else None
+    refused = podinput.misplaced_checkpoint(path if isinstance(path, str) else None, mount)
+    if refused is None:
+        return v
+    return dataclasses.replace(v, report=None, report_rejected=refused.reason)
+
+
 # ---- the launcher's status endpoint (docs/pod-contract.md) -----------------------------------
 
 
@@ -212,10 +225,14 @@ class Live:
         return podinput.rendezvoused(self.group_rank, self.state)
 
 
-def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | None:
+def parse_live(
+    read: object, rdzv_id: str | None, index: int | None, mount: str | None = None
+) -> Live | Rejected | None:
     """A reader's result ({"at": <operator clock>, "data": the answer, validated by
-    podinput (a LiveAnswer) or still to be (a decoded JSON object)}) as Live, or None when it
-    was refused or is from another pod or attempt (an IP reused by another pod)."""
+    podinput (a LiveAnswer) or still to be (a decoded JSON object)}) as Live; None when it
+    was refused (the reader says so) or is from another pod or attempt (an IP reused by another
+    pod); Rejected when its checkpoint lies outside the job's checkpoint storage (`mount`,
+    spec.checkpoint.mountPath: podinput.misplaced_checkpoint)."""
     if not isinstance(read, Mapping):
         return None
     at, data = _number(read.get("at")), read.get("data")
@@ -226,6 +243,10 @@ def parse_live(read: object, rdzv_id: str | None, index: int | None) -> Live | N
         return None
     if index is not None and answer.index != index:
         return None
+    path = answer.checkpoint.path if answer.checkpoint is not None else None
+    refused = podinput.misplaced_checkpoint(path, mount)
+    if refused is not None:
+        return refused
     # A pod may only speak for its own workers' stacks.
     own = set(answer.ranks)
     return Live(

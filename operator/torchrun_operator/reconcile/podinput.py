@@ -365,6 +365,18 @@ def _checkpoint(data: Mapping[str, Any]) -> CheckpointReport | None:
     return CheckpointReport(step, path, _time(data, "at", where))
 
 
+def misplaced_checkpoint(path: str | None, mount: str | None) -> Rejected | None:
+    """A reported checkpoint `path` that does not lie in the job's checkpoint storage
+    (`mount`: spec.checkpoint.mountPath; None: the job has none, and nothing resumes) refuses
+    the answer or report it came in, as a field out of its range does: our launcher drops such
+    a checkpoint (contract.checkpoint_outside), so whatever sent it is not to be believed. A
+    check of its own, after parsing: it needs the job's spec, which the status reader lacks."""
+    if path is None or mount is None:
+        return None
+    why = contract.checkpoint_outside(path, mount)
+    return None if why is None else Rejected(f"checkpoint path {_show(path)} {why}")
+
+
 def _time(data: Mapping[str, Any], key: str, where: str) -> float | None:
     """Unix seconds from a pod's clock; 0 is "not yet" (refused too: it is formatted later)."""
     t = _float_in(data, key, MIN_TIME, MAX_TIME, where)

@@ -10,7 +10,6 @@ of what was said: a Warning event comes only with a pod the condition does not n
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ..api.status_names import ConditionType, Reason
 from . import conditions as cond
@@ -19,15 +18,17 @@ from .context import Ctx
 MAX_NAMED = 10
 
 
-def say_refused(ctx: Ctx, live: Mapping[str, Any] | None) -> None:
-    """`live`: the reader's results per pod uid; a refused answer carries "rejected"."""
+def say_refused(ctx: Ctx, answers: Mapping[str, str]) -> None:
+    """`answers`: per pod uid, why its status answer was refused (by the status reader, or by
+    the reconciler: a checkpoint outside the job's storage); a refused report is the pod's
+    `report_rejected`."""
     found: dict[str, str] = {}
     for pod in ctx.pods:
-        read = (live or {}).get(pod.uid or "")
+        answer = answers.get(pod.uid or "")
         if pod.report_rejected:
             found[pod.name] = f"its report: {pod.report_rejected}"
-        elif isinstance(read, Mapping) and isinstance(read.get("rejected"), str):
-            found[pod.name] = f"its status answer: {read['rejected']}"
+        elif answer is not None:
+            found[pod.name] = f"its status answer: {answer}"
     if not found:
         return
     old = cond.get(ctx.conds, ConditionType.POD_INPUT_REJECTED)

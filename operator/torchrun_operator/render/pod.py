@@ -45,6 +45,7 @@ OWNED_ENV = (
     contract.ENV_DNS_TIMEOUT,
     contract.ENV_INDEX,
     contract.ENV_NODE_RANK,
+    contract.ENV_ATTEMPT,
     contract.ENV_PROGRESS_FILE,
     contract.ENV_PROGRESS_TIMEOUT,
     contract.ENV_PROGRESS_WINDOW,
@@ -94,25 +95,29 @@ def _window(spec: JobSpec) -> int:
     return straggler.window_seconds if straggler else DEFAULT_PROGRESS_WINDOW_SECONDS
 
 
-def resume_from(job: dict[str, Any]) -> str | None:
+def resume_from(job: dict[str, Any], mount: str) -> str | None:
     """The path of the latest checkpoint the job's pods reported (status.lastCheckpoint),
-    which every pod created from now on resumes from."""
+    which every pod created from now on resumes from, if it lies in the checkpoint storage
+    mounted at `mount` (the reconciler refuses any other; this keeps one the status holds from
+    before, from another mountPath or an older operator, from reaching a pod)."""
     last = (job.get("status") or {}).get("lastCheckpoint")
     path = last.get("path") if isinstance(last, dict) else None
-    return path if isinstance(path, str) and path else None
+    if not isinstance(path, str) or not path or contract.checkpoint_outside(path, mount):
+        return None
+    return path
 
 
 def _checkpoint_env(job: dict[str, Any], spec: JobSpec) -> list[dict[str, Any]]:
     if spec.checkpoint is None:
         return []
     env = [{"name": contract.ENV_CHECKPOINT_DIR, "value": spec.checkpoint.mount_path}]
-    path = resume_from(job)
+    path = resume_from(job, spec.checkpoint.mount_path)
     if path is not None:
         env.append({"name": contract.ENV_RESUME_FROM, "value": path})
     return env
 
 
-def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any]]:
+def _env(spec: JobSpec, node_index: int, attempt: int, status_port: int) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "PET_LOCAL_ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": contract.ENV_STATE_DIR, "value": contract.STATE_DIR},
@@ -120,6 +125,7 @@ def _env(spec: JobSpec, node_index: int, status_port: int) -> list[dict[str, Any
         {"name": contract.ENV_INDEX, "value": str(node_index)},
         # Deprecated name of the index (it is not torchrun's node rank), kept for scripts.
         {"name": contract.ENV_NODE_RANK, "value": str(node_index)},
+        {"name": contract.ENV_ATTEMPT, "value": str(attempt)},
         {"name": contract.ENV_PROGRESS_FILE, "value": PROGRESS_FILE},
         {"name": contract.ENV_PROGRESS_WINDOW, "value": str(_window(spec))},
         {"name": contract.ENV_STATUS_PORT, "value": str(status_port)},
@@ -148,7 +154,9 @@ def _trainer(
     container["args"] = [*torchrun_args(job, node_index, attempt), *passthrough, "--", *program]
     user_env = [e for e in container.get("env") or [] if e.get("name") not in OWNED_ENV]
     port, status_port = ports(job, spec)
-    container["env"] = user_env + _env(spec, node_index, status_port) + _checkpoint_env(job, spec)
+    container["env"] = (
+        user_env + _env(spec, node_index, attempt, status_port) + _checkpoint_env(job, spec)
+    )
     local_rank_arg = spec.torchrun.local_rank_arg or (launch.local_rank_arg if launch else None)
     if local_rank_arg:
         # The launcher's worker shim passes the script --local-rank=<LOCAL_RANK>.

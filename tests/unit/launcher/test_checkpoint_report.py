@@ -44,6 +44,24 @@ def test_a_bad_checkpoint_is_dropped_and_the_step_kept(checkpoint: object) -> No
     assert progress_file.parse_progress(line(step=5, checkpoint=checkpoint)) == {"step": 5}
 
 
+@pytest.mark.parametrize(
+    "path", ["/elsewhere/step-5.pt", "/ckpt/../etc/passwd", "/ckpt/a/../b", "step-5.pt", "/ckptx/a"]
+)
+def test_a_checkpoint_outside_the_checkpoint_dir_is_dropped(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Neither reported (the operator would refuse the report) nor resumed from.
+    monkeypatch.setenv(contract.ENV_CHECKPOINT_DIR, "/ckpt/")
+    assert progress_file.parse_progress(line(step=5, checkpoint={"step": 5, "path": path})) == {
+        "step": 5
+    }
+    inside = {"step": 5, "path": "/ckpt/step-5.a1"}
+    assert progress_file.parse_progress(line(checkpoint=inside)) == {
+        "step": 5,
+        "checkpoint": inside,
+    }
+
+
 def test_the_meter_keeps_the_latest_checkpoint_across_lines_without_one() -> None:
     meter = progress_file.ProgressMeter(60)
     meter.observe(100.0, line(step=10, checkpoint={"step": 10, "path": "/c/10"}))

@@ -130,7 +130,12 @@ def test_an_edited_runtime_changes_nothing_in_the_job_nor_its_next_gang_restart(
     assert job["status"]["attempt"] == 1 and len(plan.create) == 2
     for old, new in zip(first, plan.create, strict=True):
         assert trainer(new)["image"] == trainer(old)["image"] == "runtime-image"
-        assert trainer(new)["env"] == trainer(old)["env"]
+        # The same environment, but for the attempt each pod belongs to.
+        attempt = {"name": "TORCHRUN_OPERATOR_ATTEMPT", "value": "1"}
+        was = [
+            e if e["name"] != attempt["name"] else {**e, "value": "1"} for e in trainer(old)["env"]
+        ]
+        assert attempt in trainer(new)["env"] and trainer(new)["env"] == was
         assert new["spec"]["volumes"] == old["spec"]["volumes"]
 
 

@@ -49,13 +49,16 @@ def test_a_volume_source_is_used_as_given_under_the_operators_name() -> None:
 
 def test_pods_created_after_a_checkpoint_was_reported_resume_from_it() -> None:
     last = {"step": 40, "path": "/ckpt/step-40.pt", "time": "2026-01-01T00:00:00Z"}
-    d = doc({"claimName": "ckpt"}, status={"attempt": 1, "lastCheckpoint": last})
+    d = doc(
+        {"claimName": "ckpt", "mountPath": "/ckpt"}, status={"attempt": 1, "lastCheckpoint": last}
+    )
     for pod in (render_pod(d, 0, 1), render_pod(d, 1, 1, replacement=1)):
         assert env(pod)["TORCHRUN_OPERATOR_RESUME_FROM"] == "/ckpt/step-40.pt"
 
 
 def test_user_values_of_the_operators_variables_are_replaced() -> None:
-    d = doc({"claimName": "ckpt"}, status={"lastCheckpoint": {"step": 1, "path": "/a"}})
+    last = {"step": 1, "path": "/checkpoints/a"}
+    d = doc({"claimName": "ckpt"}, status={"lastCheckpoint": last})
     d["spec"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "TORCHRUN_OPERATOR_CHECKPOINT_DIR", "value": "/elsewhere"},
         {"name": "TORCHRUN_OPERATOR_RESUME_FROM", "value": "/stale"},
@@ -63,7 +66,18 @@ def test_user_values_of_the_operators_variables_are_replaced() -> None:
     rendered = render_pod(d, 0, 0)["spec"]["containers"][0]["env"]
     values = [(e["name"], e["value"]) for e in rendered if "CHECKPOINT_DIR" in e["name"]]
     assert values == [("TORCHRUN_OPERATOR_CHECKPOINT_DIR", "/checkpoints")]
-    assert env(render_pod(d, 0, 0))["TORCHRUN_OPERATOR_RESUME_FROM"] == "/a"
+    assert env(render_pod(d, 0, 0))["TORCHRUN_OPERATOR_RESUME_FROM"] == "/checkpoints/a"
+
+
+def test_a_last_checkpoint_outside_the_mount_is_never_resumed_from() -> None:
+    # The reconciler refuses such reports; one the status holds from before (another
+    # mountPath, an older operator) must not reach a pod either.
+    for path in ("/elsewhere/step-40.pt", "/ckpt/../etc/shadow", "step-40.pt", "/ckptx/40"):
+        last = {"step": 40, "path": path, "time": "2026-01-01T00:00:00Z"}
+        d = doc({"claimName": "ckpt", "mountPath": "/ckpt"}, status={"lastCheckpoint": last})
+        told = env(render_pod(d, 0, 1))
+        assert told["TORCHRUN_OPERATOR_CHECKPOINT_DIR"] == "/ckpt"
+        assert "TORCHRUN_OPERATOR_RESUME_FROM" not in told, path
 
 
 def test_without_spec_checkpoint_nothing_is_added_and_the_attempt_hash_is_unchanged() -> None:

@@ -99,6 +99,17 @@ def test_each_attempt_has_its_own_hostnames_and_a_replacement_keeps_its_attempts
     assert render_pod(job, 0, 2)["spec"]["hostname"] == "train-0-a2"
 
 
+def test_every_trainer_is_told_its_attempt_and_a_replacement_its_attempts() -> None:
+    # A script names what it writes to the shared checkpoint storage with it, so that pods of
+    # an earlier attempt still running on a partitioned node never write the same files.
+    user = [{"name": "TORCHRUN_OPERATOR_ATTEMPT", "value": "7"}]
+    job = make_job(container={"env": user})
+    for pod, attempt in ((render_pod(job, 0, 0), "0"), (render_pod(job, 1, 3), "3")):
+        told = [e for e in trainer(pod)["env"] if e["name"] == "TORCHRUN_OPERATOR_ATTEMPT"]
+        assert told == [{"name": "TORCHRUN_OPERATOR_ATTEMPT", "value": attempt}]
+    assert env_of(render_pod(job, 1, 3, replacement=2))["TORCHRUN_OPERATOR_ATTEMPT"] == "3"
+
+
 def test_a_long_job_names_hostnames_stay_dns_labels_in_every_attempt() -> None:
     job = make_job(name="j" * 61)
     hosts = {render_pod(job, 7, a)["spec"]["hostname"] for a in (0, 1, 12345)}
