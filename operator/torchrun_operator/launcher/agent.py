@@ -152,7 +152,7 @@ _dirs: list[tuple[str, str | None]] = []  # (state dir, workers' log dir) once r
 
 def _global_ranks(sdir: str) -> dict[int, int]:
     """Global rank by local rank: the agent's worker group, else the workers' rank files."""
-    group = getattr(_agents[0], "_worker_group", None) if _agents else None
+    group: Any = getattr(_agents[0], "_worker_group", None) if _agents else None
     try:
         ranks = {int(w.local_rank): int(w.global_rank) for w in group.workers}
     except (AttributeError, TypeError, ValueError):

@@ -17,7 +17,7 @@ from . import conditions as cond
 from .context import Ctx, Seen, counts, entries
 from .failure import avoid
 from .failure.avoid import nodes as avoided_nodes
-from .failure.replace import replacement_of
+from .failure.replace import replacement_of, superseded
 from .finish import finish
 from .observe import PodView, rank_entry
 from .rootcause import lost_candidate, pod_candidates
@@ -80,6 +80,7 @@ def observe(ctx: Ctx) -> None:
     # A pod of an earlier attempt that turns up now (a late create) shares its hostname, and
     # so its DNS name, with the current pod of its index: it goes whenever it is seen.
     ctx.delete_pods(attempts.stale_pods(ctx.pods, attempt))
+    ctx.delete_pods(superseded(ctx))
     by_name = {p.name: p for p in ctx.pods if p.attempt == attempt}
     old = {r.get("index"): r for r in entries(st)}
     seen = Seen()

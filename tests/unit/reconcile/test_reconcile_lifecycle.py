@@ -1,3 +1,4 @@
+import copy
 import json
 from typing import Any
 
@@ -609,3 +610,32 @@ def test_a_node_an_hour_ahead_cannot_postpone_the_decision() -> None:
     assert plan.status["phase"] == "Restarting"
     # Recorded on the operator's clock, not an hour in the future.
     assert plan.status["failure"]["at"] <= iso(12)
+
+
+def test_a_replaced_pod_that_comes_back_is_deleted_not_run_beside_its_replacement() -> None:
+    """Issue 45: an elastic replacement has the hostname and rendezvous id of the pod it
+    replaced. A pod lost with its node (phase Unknown: the kubelet stopped reporting) is
+    replaced; when that kubelet returns, the old pod is Running again beside its replacement,
+    answering the same DNS name. The status already names the replacement, so the old pod
+    goes whenever it is seen, lost or back, and is not taken for a failure of its index."""
+    job, pods = start(make_job(nodes=3, elastic={"minNodes": 2}))
+    pods = [set_running(p, ready=True) for p in pods]
+    _, job, pods = step(job, pods, 2)
+    lost = copy.deepcopy(pods[2])
+    lost["status"]["phase"] = "Unknown"
+    pods[2] = lost
+    plan, job, pods = step(job, pods, 20)
+    assert [p["metadata"]["name"] for p in plan.create] == ["job-2-a0r1"]
+    assert plan.status["ranks"][2]["pod"] == "job-2-a0r1"
+    # The old pod, lost still: it goes (its node may never delete it by itself).
+    plan, job, pods = step(job, pods, 21)
+    assert "job-2" in plan.delete
+    # Its kubelet is back before the delete was carried out: Running beside its replacement.
+    back = by_name(pods)["job-2"]
+    back = set_running({**back, "metadata": {**back["metadata"], "deletionTimestamp": None}})
+    pods = [back if p["metadata"]["name"] == "job-2" else p for p in pods]
+    plan, job, pods = step(job, pods, 22)
+    assert "job-2" in plan.delete
+    assert plan.status["ranks"][2]["pod"] == "job-2-a0r1"
+    assert plan.status["counters"]["restarts"] == 1  # not a second failure of index 2
+    assert plan.create == []

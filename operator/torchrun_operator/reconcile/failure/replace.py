@@ -7,7 +7,8 @@ from ...api import names
 from ...api.status_names import Phase, RankPhase, Reason, RestartKind
 from ...render import render_pod
 from .. import crashloop
-from ..context import Ctx, Seen
+from ..context import Ctx, Seen, entries
+from ..observe import PodView
 from ..rootcause import Candidate, classify
 from . import avoid
 from .cause import failure_record, record_failure
@@ -34,6 +35,24 @@ def replacement_of(ctx: Ctx, node_index: int, pod: str) -> int:
         if names.pod_name(ctx.name, node_index, ctx.attempt, r) == pod:
             return r
     return 0
+
+
+def superseded(ctx: Ctx) -> list[PodView]:
+    """The pods of the current attempt a replacement took the place of. A replacement has the
+    hostname and rendezvous id of the pod it replaced, and one lost with its node (phase
+    Unknown: its kubelet stopped reporting) runs on when that kubelet comes back: beside its
+    replacement, answering the same DNS name. status.ranks names the replacement (written
+    before it was created), so the pod it replaced goes whenever it is seen. Only an earlier
+    replacement of its index than the one the status names: never a later one."""
+    named = {int(r["index"]): str(r.get("pod") or "") for r in entries(ctx.status)}
+    out = []
+    for p in ctx.pods:
+        i = p.node_index
+        if p.attempt != ctx.attempt or i is None or i not in named or p.name == named[i]:
+            continue
+        if replacement_of(ctx, i, p.name) < replacement_of(ctx, i, named[i]):
+            out.append(p)
+    return out
 
 
 def replace(ctx: Ctx, seen: Seen, cause: Candidate) -> None:
