@@ -28,7 +28,7 @@ from torchrun_operator.controller.state import Obj
 from torchrun_operator.controller.statuswrite import JobGone, StatusWrites
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobKey, same_version
-from torchrun_operator.kube.client import WRITE_TIMEOUT_SECONDS, retry_after
+from torchrun_operator.kube.client import retry_after
 from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import WorkloadWatcher
 from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError
@@ -39,9 +39,12 @@ from torchrun_operator.reconcile import Plan, reconcile, runtimeref
 log = logging.getLogger(__package__)
 
 # How long stop() waits for reconciles in flight. It closes the gate first, so no write leaves
-# after that; a write already sent is given up on within its timeout (kube/client.py). The
-# reads a reconcile may be waiting on (30 s) are not waited for: a read changes nothing.
-STOP_GRACE_SECONDS = WRITE_TIMEOUT_SECONDS + 1.0
+# after that. A write already sent may be waiting for a slow apiserver up to its deadline
+# (kube/leader.write_deadline): the elector releases the Lease only once each is answered or
+# given up on (Gate.quiet), so this wait is for a tidy exit, not for safety; 5 s sees a
+# healthy control plane's writes answered. The reads a reconcile may be waiting on (30 s)
+# are not waited for: a read changes nothing.
+STOP_GRACE_SECONDS = 5.0
 
 
 def _namespace_terminating(e: ApiException) -> bool:
