@@ -44,6 +44,7 @@ __all__ = [
     "observe_reconcile",
     "observe_time_to_rendezvous",
     "observe_time_to_running",
+    "observe_write",
     "progress_samples",
     "record_transitions",
     "set_jobs_by_phase",
@@ -64,6 +65,13 @@ RESTART_KINDS = (RestartKind.USER, RestartKind.INFRASTRUCTURE)
 _STARTUP_BUCKETS = (1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 # A reconcile is a handful of API calls: milliseconds to a few seconds.
 _RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+# A write takes milliseconds on a healthy control plane and up to the apiserver's own 60 s on
+# a slow one (our deadline: kube/leader.write_deadline): the buckets span both.
+_WRITE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60)
+# The writes' verbs (lower-case HTTP methods) and how a slow one ended, for the slow-writes
+# counter: our deadline ran out, or the apiserver said it was too busy or gave up.
+WRITE_VERBS = ("post", "put", "patch", "delete")
+SLOW_OUTCOMES = ("timeout", "429", "503", "504")
 # Most requests wait 0 (the burst); a create burst over it waits up to seconds.
 _RATE_LIMIT_BUCKETS = (0.0, 0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -138,6 +146,23 @@ class Metrics:
             registry=r,
             buckets=_RATE_LIMIT_BUCKETS,
         )
+        self.write_duration = Histogram(
+            "api_write_duration_seconds",
+            "Time from sending each write (POST, PUT, PATCH, DELETE) of the operator to its "
+            "answer, or to giving up on it, by verb.",
+            ["verb"],
+            namespace=NAMESPACE,
+            registry=r,
+            buckets=_WRITE_BUCKETS,
+        )
+        self.slow_writes = Counter(
+            "api_slow_writes",
+            "Writes of the operator that timed out, or that the apiserver answered 429, 503 "
+            "or 504 (too busy, or it gave up on them), by verb and outcome.",
+            ["verb", "outcome"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self.progress = ProgressCollector()
         r.register(self.progress)
         for phase in PHASES:
@@ -145,6 +170,17 @@ class Metrics:
         for kind in RESTART_KINDS:
             # Pre-create so `rate()` sees a 0 before the first restart, not an absent series.
             self.restarts.labels(kind=kind)
+        for verb in WRITE_VERBS:
+            self.write_duration.labels(verb=verb)
+            for outcome in SLOW_OUTCOMES:
+                self.slow_writes.labels(verb=verb, outcome=outcome)
+
+    def observe_write(self, verb: str, seconds: float, outcome: str | None = None) -> None:
+        """One write sent: how long until it was answered or given up on, and how it ended
+        when slow (SLOW_OUTCOMES; None for any other end)."""
+        self.write_duration.labels(verb=verb).observe(seconds)
+        if outcome is not None:
+            self.slow_writes.labels(verb=verb, outcome=outcome).inc()
 
     def observe_rate_limit_wait(self, seconds: float) -> None:
         self.rate_limit_wait.observe(seconds)
@@ -317,6 +353,10 @@ def observe_reconcile(seconds: float, error: bool = False) -> None:
 
 def count_api_call(verb: str, resource: str, code: int | str) -> None:
     default.count_api_call(verb, resource, code)
+
+
+def observe_write(verb: str, seconds: float, outcome: str | None = None) -> None:
+    default.observe_write(verb, seconds, outcome)
 
 
 def set_jobs_by_phase(counts: Mapping[str, int]) -> None:

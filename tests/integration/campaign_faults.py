@@ -30,7 +30,8 @@ KINDS: dict[str, dict[str, Any]] = {
     "429 + Retry-After": {"action": "status", "status": 429, "retry_after": 1},
     "connect timeout": {"action": "timeout"},
     "response lost": {"action": "lose_response"},
-    # Longer than a write's 4 s bound (kube/client.py): the client has given up by then.
+    # Held up 4.5 s (a slow apiserver: within a write's deadline, kube/leader.write_deadline),
+    # then its answer lost: the client cannot know whether the write landed.
     "slow, then lost": {"action": "lose_response", "delay": 4.5},
     "committed late": {"action": "late", "delay": 6},
     "kill before": {"action": "kill_before"},
@@ -39,9 +40,10 @@ KINDS: dict[str, dict[str, Any]] = {
     "410 Gone storm": {"action": "status", "status": 410, "times": 4},
     "503 storm": {"action": "status", "status": 503, "times": 4, "retry_after": 1},
     # Two replicas elect a leader (a standby joins once the Lease is held); the leader's
-    # renewals fail for ~20 s (one every 2 s): its term ends (10 s), it fences its writes,
-    # and the standby takes over (15 s) while the deposed leader may still be creating pods.
-    "split brain": {"action": "status", "status": 500, "times": 10},
+    # renewals fail for ~80 s (one every 4 s): its term ends (40 s), it fences its writes,
+    # and the standby takes over (60 s) while the deposed leader may still be creating pods.
+    # Fewer failures and the leader would renew again before the standby's wait ran out.
+    "split brain": {"action": "status", "status": 500, "times": 20},
     # Not the seam's: the driver stops the apiserver (SIGSTOP) that long, then lets it go on;
     # or kills it (SIGKILL: connections break rather than hang) and starts it again after
     # that long. One such fault at a time in the whole campaign (Apiserver).

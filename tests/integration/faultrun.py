@@ -172,7 +172,7 @@ class Campaign(Runner):
             if target.endswith("-watch"):
                 nth = 1  # a watch is opened again only after it broke
             elif target == "lease":
-                nth = self.rng.randint(1, 3)  # a renewal every 2 s: from 2-6 s into the term
+                nth = self.rng.randint(1, 3)  # a renewal every 4 s: from 4-12 s into the term
             else:
                 nth = self.rng.randint(1, 6 if target == "status-write" else 2)
             kind = self.rng.choice(kinds(target))

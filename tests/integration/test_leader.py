@@ -23,7 +23,7 @@ from dtj import (
 )
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from torchrun_operator.kube.leader import RENEW_DEADLINE_SECONDS
+from torchrun_operator.kube.leader import LEASE_DURATION_SECONDS, RENEW_DEADLINE_SECONDS
 
 LEASE = "torchrun-operator"
 HELLO = REPO / "examples" / "configmap-script.yaml"  # 2 pods x 1 process, one all-reduce
@@ -134,7 +134,7 @@ def test_one_leader_acts_and_the_standby_takes_over_when_it_dies(
     second = wait_for(
         "the standby to take the lease over",
         lambda: (h := holder(kube, namespace)) not in (None, first) and h,
-        timeout=45,
+        timeout=LEASE_DURATION_SECONDS + 30,
     )
     assert standby.proc is not None and identity_pid(second) == standby.proc.pid
     wait_for("the standby to lead", lambda: "became leader" in standby.log(), timeout=15)
@@ -191,11 +191,11 @@ def test_a_leader_that_cannot_renew_stops_before_the_standby_takes_over(
                 "stopped": (cut_off, "lost leadership"),
                 "took over": (standby, "became leader"),
             },
-            timeout=90,
+            timeout=LEASE_DURATION_SECONDS + 90,
         )
         assert set(seen) == {"stopped", "took over"}, seen
-        # Stopped at most renew deadline (10 s) after its last good renewal; the standby
-        # waited the lease duration (15 s) from when it saw that renewal: 5 s apart or more.
+        # Stopped at most renew deadline (40 s) after its last good renewal; the standby
+        # waited the lease duration (60 s) from when it saw that renewal: 20 s apart or more.
         assert seen["took over"] - seen["stopped"] > 2.0, seen
         assert "could not renew" in cut_off.log()
         assert "fault injection is ON" in cut_off.log()
@@ -223,17 +223,23 @@ def test_a_deposed_leader_sends_no_write_after_its_fence_and_the_new_one_finishe
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The leader's Lease renewals fail from the 3rd on (503) while it creates a 6-pod job's
-    pods, four of which are held up (20 s each, before they are sent: a slow apiserver) past
-    its fence. Each write the leader does send is logged once answered (fault rule "pass").
-    It must send none after its fence, also not the four creates it had in flight; the new
-    leader creates them, and the job succeeds."""
+    pods, four of which are held up (a renew deadline and 10 s each, before they are sent: a
+    slow apiserver) past its fence. Each write the leader does send is logged once answered
+    (fault rule "pass"). It must send none after its fence, also not the four creates it had
+    in flight; the new leader creates them, and the job succeeds."""
     operator.kill()  # it would act on every job too
     fault_log = tmp_path / "faults.log"
     faults = tmp_path / "faults.json"
     lease = f"/namespaces/{namespace}/leases/{LEASE}$"
     rules: list[dict[str, Any]] = [
-        # 0: pod creates from the 3rd on wait 20 s before they go out.
-        {"method": "POST", "path": "/pods$", "nth": 3, "times": "all", "delay": 20.0},
+        # 0: pod creates from the 3rd on wait past the term before they go out.
+        {
+            "method": "POST",
+            "path": "/pods$",
+            "nth": 3,
+            "times": "all",
+            "delay": RENEW_DEADLINE_SECONDS + 10.0,
+        },
         # 1: renewals fail from the 3rd on.
         {"method": "PUT", "path": lease, "nth": 3, "times": "all", "action": "status"},
         # 2: every other write that goes out (not the Lease's), logged when answered.
@@ -260,8 +266,9 @@ def test_a_deposed_leader_sends_no_write_after_its_fence_and_the_new_one_finishe
         assert deposed.proc is not None
         first = wait_for("a lease holder", lambda: holder(kube, namespace), timeout=60)
         assert identity_pid(first) == deposed.proc.pid
-        # The first two pods wait for the other four until the successor creates them (20 s
-        # or more), then for those to start on a loaded machine: more than the 90 s default.
+        # The first two pods wait for the other four until the successor creates them (a
+        # lease duration or more), then for those to start on a loaded machine: more than the
+        # 90 s default.
         rendezvous = {"joinTimeoutSeconds": 300}
         job = create_job(kube, namespace, quick_job("fenced", nodes=6, rendezvous=rendezvous))
         name = job["metadata"]["name"]
@@ -270,7 +277,7 @@ def test_a_deposed_leader_sends_no_write_after_its_fence_and_the_new_one_finishe
         wait_for(
             "the successor to lead",
             lambda: "became leader" in successor.log() and "lost leadership" in deposed.log(),
-            timeout=90,
+            timeout=LEASE_DURATION_SECONDS + 90,
         )
         done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=240)
         assert done["status"]["phase"] == "Succeeded", done["status"]

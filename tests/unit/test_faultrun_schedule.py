@@ -20,6 +20,7 @@ from campaign_monitor import relist_events  # noqa: E402
 from campaign_run import Run, deleted_unfinished  # noqa: E402
 from campaign_scenarios import HOLD, SCENARIOS  # noqa: E402
 from faultrun import Campaign, Tally  # noqa: E402
+from torchrun_operator.kube.leader import LEASE_DURATION_SECONDS, RETRY_PERIOD_SECONDS  # noqa: E402
 
 
 def campaign(seed: int, kinds: frozenset[str] = frozenset(), apiserver: bool = True) -> Any:
@@ -52,8 +53,11 @@ def test_split_brain_fails_the_lease_renewals_and_outages_need_our_own_apiserver
     runs = draws(campaign(2, frozenset({"split brain"})))
     rules = [r for run in runs for _, r in run]
     assert rules and all(r["method"] == "PUT" and "/leases/" in r["path"] for r in rules)
-    # Longer than the leader's term (10 s) and lease (15 s), at one renewal every 2 s.
-    assert all(r["action"] == "status" and r["times"] * 2 > 15 for r in rules)
+    # Longer than the leader's term and lease, at one renewal a retry period.
+    assert all(
+        r["action"] == "status" and r["times"] * RETRY_PERIOD_SECONDS > LEASE_DURATION_SECONDS
+        for r in rules
+    )
     outages = frozenset({"apiserver restarted", "apiserver stopped 20 s"})
     assert draws(campaign(3, outages, apiserver=False)) == [[]] * 20
     rules = [r for run in draws(campaign(3, outages)) for _, r in run]

@@ -184,3 +184,16 @@ def test_progress_metrics_are_scraped_from_the_source() -> None:
     assert sample(m, "torchrun_operator_job_straggler", namespace="ml", job="bert") == 1
     m.progress.source = list
     assert sample(m, "torchrun_operator_job_step", namespace="ml", job="bert") is None
+
+
+def test_docs_metrics_md_lists_every_metric_the_operator_serves() -> None:
+    """Each of our metrics (counters with their `_total`) has its row in docs/metrics.md."""
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    m = Metrics()
+    names = []
+    for family in m.registry.collect():
+        names.append(f"{family.name}_total" if family.type == "counter" else family.name)
+    assert len(names) > 10
+    assert [n for n in names if f"| `{n}` |" not in doc] == []

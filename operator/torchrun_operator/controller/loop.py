@@ -28,7 +28,7 @@ from torchrun_operator.controller.state import Obj
 from torchrun_operator.controller.statuswrite import JobGone, StatusWrites
 from torchrun_operator.kube import events
 from torchrun_operator.kube.cache import JobKey, same_version
-from torchrun_operator.kube.client import WRITE_TIMEOUT_SECONDS, retry_after
+from torchrun_operator.kube.client import is_slow, retry_after
 from torchrun_operator.kube.jobwatch import JobWatcher
 from torchrun_operator.kube.kueue import WorkloadWatcher
 from torchrun_operator.kube.leader import RETRY_PERIOD_SECONDS, FencedError
@@ -39,13 +39,22 @@ from torchrun_operator.reconcile import Plan, reconcile, runtimeref
 log = logging.getLogger(__package__)
 
 # How long stop() waits for reconciles in flight. It closes the gate first, so no write leaves
-# after that; a write already sent is given up on within its timeout (kube/client.py). The
-# reads a reconcile may be waiting on (30 s) are not waited for: a read changes nothing.
-STOP_GRACE_SECONDS = WRITE_TIMEOUT_SECONDS + 1.0
+# after that. A write already sent may be waiting for a slow apiserver up to its deadline
+# (kube/leader.write_deadline): the elector releases the Lease only once each is answered or
+# given up on (Gate.quiet), so this wait is for a tidy exit, not for safety; 5 s sees a
+# healthy control plane's writes answered. The reads a reconcile may be waiting on (30 s)
+# are not waited for: a read changes nothing.
+STOP_GRACE_SECONDS = 5.0
 
 
 def _namespace_terminating(e: ApiException) -> bool:
     return e.status == 403 and "NamespaceTerminating" in str(e.body or "")
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, ApiException):
+        return f"API error {e.status} {e.reason}"
+    return type(e).__name__
 
 
 class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
@@ -154,7 +163,8 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
 
     def process(self, key: Any) -> None:
         """One key from the queue: reconciled, and on a failure added back after its
-        back-off (kube/workqueue.py), which a success resets."""
+        back-off (kube/workqueue.py), which a success resets; after a try the apiserver was
+        too slow for (kube/client.is_slow), within seconds, the back-off left as it is."""
         try:
             # A standby replica drops keys: set_active() re-queues every job on takeover.
             if self.active.is_set():
@@ -167,10 +177,32 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
             # standby drops it then, and the leader reconciles it.
             log.info("reconcile of %s stopped: %s", key, e)
             self.queue.add(key, after=RETRY_PERIOD_SECONDS)
-        except ApiException as e:
-            # The API said no (a terminating namespace, a conflict, a quota): a retry
-            # later is the cure, a traceback would only be noise. A 429 or 503 says when.
-            delay = self._retry(key, retry_after(e))
+        except (ApiException, urllib3.exceptions.HTTPError) as e:
+            self._api_failed(key, e)
+        except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
+            delay = self._retry(key)
+            log.exception("reconcile of %s failed; retrying in %.1f s", key, delay)
+        finally:
+            self.queue.done(key)
+
+    def _api_failed(self, key: Any, e: ApiException | urllib3.exceptions.HTTPError) -> None:
+        """A reconcile that an API request ended, retried with one log line (never a
+        traceback: the cure is a retry). A request the apiserver did not answer in time, or
+        answered 429, 503 or 504 (kube/client.is_slow), is no failure of the job: tried
+        again within seconds (workqueue.slow_delay), the back-off left as it is; what landed
+        is read back then. Any other is the back-off's."""
+        if is_slow(e):
+            delay = self.queue.add_slow(key, retry_after(e))
+            metrics.observe_reconcile(0.0, error=True)
+            log.warning(
+                "reconcile of %s: the apiserver is slow (%s); trying again in %.1f s",
+                key,
+                _describe(e),
+                delay,
+            )
+        elif isinstance(e, ApiException):
+            # The API said no (a terminating namespace, a conflict, a quota): a retry later.
+            delay = self._retry(key)
             quiet = _namespace_terminating(e) or getattr(e, "_said", False)
             log.log(
                 logging.INFO if quiet else logging.WARNING,
@@ -180,9 +212,9 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
                 e.reason,
                 delay,
             )
-        except urllib3.exceptions.HTTPError as e:
-            # The apiserver did not answer in time or the connection dropped (a busy control
-            # plane, a restart): transient like a 503, so one line, not a traceback.
+        else:
+            # No connection (refused, dropped, not accepted in time: an apiserver restarting
+            # or away): the back-off, as for any failure.
             delay = self._retry(key)
             log.warning(
                 "reconcile of %s: API unreachable (%s); retrying in %.1f s",
@@ -190,11 +222,6 @@ class Controller(PodWrites, StatusWrites, KueueSync, CacheReads):
                 type(e).__name__,
                 delay,
             )
-        except Exception:  # noqa: BLE001 - one job's failure must not stop the worker
-            delay = self._retry(key)
-            log.exception("reconcile of %s failed; retrying in %.1f s", key, delay)
-        finally:
-            self.queue.done(key)
 
     def _retry(self, key: Any, at_least: float | None = None) -> float:
         metrics.observe_reconcile(0.0, error=True)

@@ -7,8 +7,15 @@ which no liveness probe notices.
 
 Writes (POST, PUT, PATCH, DELETE) of a client with a leadership gate (kube/leader.Gate) are
 checked against it right before they are sent, and refused with leader.FencedError
-once this replica's term is over; and each is bounded as a whole to fit in the fence's
-margin. The Lease's own writes go through a client without a gate (ApiClient.ungated).
+once this replica's term is over; and each is bounded as a whole by a deadline computed at
+that moment (leader.write_deadline): it ends before a standby could start, so a write sent
+early in a term may wait for a slow apiserver as long as the apiserver itself would, and one
+sent just before the fence is given up on in time. The Lease's own writes go through a
+client without a gate (ApiClient.ungated).
+
+Every write's latency, and the writes that timed out or were answered 429, 503 or 504 (the
+apiserver too busy, or it gave up), are recorded in the metrics (docs/metrics.md); is_slow
+tells the controller which failures are a slow control plane rather than a refusal.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -27,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from torchrun_operator import metrics
 from torchrun_operator.kube import faults
-from torchrun_operator.kube.leader import FENCE_MARGIN_SECONDS, Gate
+from torchrun_operator.kube.leader import Gate
 from torchrun_operator.kube.ratelimit import TokenBucket
 
 log = logging.getLogger(__name__)
@@ -43,14 +51,14 @@ REQUEST_TIMEOUT = (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS)
 # For clients that only take a total (kopf's): the apiserver ends any request that is not a
 # watch after 60 s (--request-timeout), so waiting longer for a response is waiting for none.
 APISERVER_REQUEST_TIMEOUT_SECONDS = 60.0
-# A write, connect and answer together (urllib3's total). The last write a deposed leader
-# sends leaves at its fence at the latest (the gate is checked right before it is sent); a
-# standby takes over FENCE_MARGIN_SECONDS after that at the soonest. A write still waiting
-# for its answer then is one we have given up on, a second before, so nothing of ours is in
-# flight on our side when the new leader starts. (The apiserver may still be busy with it, as
-# it may with any client-go controller's: that part is beyond a client.) A create or a
-# status patch takes milliseconds; one that takes seconds fails and its reconcile backs off.
-WRITE_TIMEOUT_SECONDS = FENCE_MARGIN_SECONDS - 1.0
+# A gated write's deadline, connect and answer together (urllib3's total), is computed when
+# it is sent (leader.write_deadline, capped by APISERVER_REQUEST_TIMEOUT_SECONDS): the last
+# write a deposed leader sends leaves at its fence at the latest (the gate is checked right
+# before it is sent) with a deadline of the fence's margin less a second, and a standby takes
+# over a margin after the fence at the soonest; so nothing of ours is in flight on our side
+# when the new leader starts. (The apiserver may still be busy with it, as it may with any
+# client-go controller's: that part is beyond a client.) A write sent earlier in the term
+# waits longer: an apiserver that answers in 10 s is slow, not down.
 WRITES = faults.WRITES
 # urllib3 would send a request again by itself: a PUT or DELETE whose answer timed out, and
 # any request after a failed connect (3 times by default, 5 s each). Such a second attempt
@@ -104,22 +112,80 @@ class ApiClient(client.ApiClient):
         _request_timeout: Any = None,
     ) -> Any:
         timeout = self.request_timeout if _request_timeout is None else _request_timeout
-        gate = self.gate if method.upper() in WRITES else None
-        if gate is not None and _request_timeout is None:
-            timeout = WRITE_TIMEOUT_SECONDS
+        verb = method.upper()
+        write = verb in WRITES
+        gate = self.gate if write else None
+
+        def sent(timeout: Any) -> Any:
+            started = time.monotonic()
+            outcome: str | None = None
+            try:
+                resp = client.ApiClient.call_api(
+                    self, method, url, header_params, body, post_params, _request_timeout=timeout
+                )
+                outcome = slow_answer(getattr(resp, "status", None))
+                return resp
+            except ApiException as e:
+                outcome = slow_answer(e.status)
+                raise
+            except urllib3.exceptions.HTTPError as e:
+                outcome = "timeout" if timed_out(e) else None
+                raise
+            finally:
+                if write:
+                    metrics.observe_write(verb.lower(), time.monotonic() - started, outcome)
 
         def send() -> Any:
-            if gate is not None:
-                # Here, after any injected delay, right before the request leaves.
-                gate.check(f"{method} {url.split('?', 1)[0]}")
-            return client.ApiClient.call_api(
-                self, method, url, header_params, body, post_params, _request_timeout=timeout
-            )
+            if gate is None:
+                return sent(timeout)
+            # Here, after the rate limit's wait and any injected delay, right before the
+            # request leaves: the gate's check and the deadline from one reading of its clock.
+            what = f"{method} {url.split('?', 1)[0]}"
+            with gate.sending(what, APISERVER_REQUEST_TIMEOUT_SECONDS) as deadline:
+                return sent(_within(_request_timeout, deadline))
 
         if self.limiter is not None:
             # Before the gate: a write that waited here is still checked right before it goes.
             self.limiter.wait()
         return send() if self.injector is None else self.injector.call(method, url, send)
+
+
+def _within(asked: Any, deadline: float) -> float:
+    """A gated write's timeout: its deadline, or the caller's own total when that is
+    shorter (a caller's (connect, read) pair bounds no whole exchange: the deadline does)."""
+    if isinstance(asked, int | float) and not isinstance(asked, bool):
+        return min(float(asked), deadline)
+    return deadline
+
+
+# The answers that say the apiserver is too busy (429: priority and fairness shed the request;
+# 503: it is not ready, or overloaded) or gave up on the request itself (504, its
+# --request-timeout or a webhook's): slow, not refused. Each is a label of the slow-writes
+# metric, as is "timeout" (our own deadline ran out).
+SLOW_CODES = (429, 503, 504)
+
+
+def slow_answer(status: int | None) -> str | None:
+    """The slow-writes metric's outcome for an answer with `status`; None for any other."""
+    return str(status) if status in SLOW_CODES else None
+
+
+def timed_out(e: BaseException) -> bool:
+    """Whether the request was given up on while waiting for its answer (urllib3's read
+    timeout, or our write's total running out), also when urllib3 wraps it in MaxRetryError.
+    Not a connect timeout: an apiserver that accepts no connection in time is away, not
+    slow."""
+    if isinstance(e, urllib3.exceptions.MaxRetryError):
+        e = e.reason if e.reason is not None else e
+    return isinstance(e, urllib3.exceptions.ReadTimeoutError)
+
+
+def is_slow(e: BaseException) -> bool:
+    """A failure that says the control plane is slow, not that the request is wrong: a
+    429, 503 or 504 answer, or no answer in time. The request may well be right next time."""
+    if isinstance(e, ApiException):
+        return e.status in SLOW_CODES
+    return timed_out(e)
 
 
 JSON = "application/json"
@@ -305,13 +371,16 @@ def api_message(e: ApiException) -> str:
 
 # Answers a client is told to come back later to, with when in Retry-After.
 RETRY_AFTER_CODES = (429, 503)
-# A Retry-After longer than this is taken as this: a job is looked at again by then anyway.
-RETRY_AFTER_MAX_SECONDS = 600.0
+# The longest Retry-After obeyed, by the controller's retries and the watches' re-lists alike.
+# The apiserver's priority and fairness asks for a second or so; a header of hours (a broken
+# proxy) must not leave a job, or every job's pod events, waiting that long.
+RETRY_AFTER_MAX_SECONDS = 60.0
 
 
 def retry_after(e: BaseException) -> float | None:
     """The seconds a 429 or 503 answer's Retry-After asks for (the apiserver sends whole
-    seconds; an HTTP date is not worth a parser here), bounded; None when it asks none."""
+    seconds; an HTTP date is not worth a parser here), bounded; None when it asks none. The
+    one reading of the header: the controller's retries and the watches' use it."""
     if not isinstance(e, ApiException) or e.status not in RETRY_AFTER_CODES:
         return None
     headers = e.headers or {}

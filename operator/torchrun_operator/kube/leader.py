@@ -12,16 +12,25 @@ A standby can only have seen that renewal after it was written, so it waits at l
 earlier, whatever state its requests are in: a fence thread enforces it even while a request
 hangs. The margin (duration - renew_deadline) covers the difference in clock rates and the
 time on_stopped takes to take effect.
+
+Each write of ours is checked against the term right before it is sent (Gate) and given a
+deadline from when a standby could start (write_deadline): the end of the term plus the
+margin, less a safety second. A write sent just after a renewal may wait for its answer about
+as long as the apiserver itself would (a control plane that answers in 10 s is slow, not
+down); one sent just before the fence still gets only the margin less that second, so none
+of ours is in flight when a standby may start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import itertools
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 from kubernetes import client
@@ -29,14 +38,37 @@ from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
-# client-go's defaults, as kube-controller-manager and kube-scheduler use them.
-LEASE_DURATION_SECONDS = 15.0
-RENEW_DEADLINE_SECONDS = 10.0
-RETRY_PERIOD_SECONDS = 2.0
+# client-go's defaults (15, 10 and 2 s) times four, their ratio of duration to renew deadline
+# kept (it is the difference in clock rates tolerated). A leader keeps its term while each
+# renewal lands before the term of the one before it ends: two renewals in a row (a read and
+# a write each) and a retry period fit in the renew deadline. With client-go's figures that
+# is under 4 s a renewal (and each request is bounded at (10 - 2) / 2 = 4 s), so a control
+# plane that answers writes in 5-15 s (seen under load, #54) leaves no replica leading and
+# nothing is reconciled at all. Here each request may take 18 s, and renewals of under 18 s
+# keep the term. The cost is the failover after a leader dies without releasing the Lease (a
+# SIGKILL, a lost node): the standby waits a whole lease duration, 60 s instead of 15. A
+# leader that shuts down releases the Lease, and the standby starts at once.
+LEASE_DURATION_SECONDS = 60.0
+RENEW_DEADLINE_SECONDS = 40.0
+RETRY_PERIOD_SECONDS = 4.0
 # How long after our fence a standby may take over at the soonest (it waits a whole lease
 # duration from the renewal our term is counted from). A write sent right before the fence
-# must be over by then: kube/client.py bounds each write's whole exchange below this.
+# must be over by then (write_deadline).
 FENCE_MARGIN_SECONDS = LEASE_DURATION_SECONDS - RENEW_DEADLINE_SECONDS
+# A write's deadline ends this long before a standby may start at the soonest: the time its
+# timeout takes to take effect (urllib3 checks it between reads of the socket; the thread
+# must then come back from the call) and the difference in two replicas' clock rates over a
+# margin. A second is ample for both.
+WRITE_SAFETY_SECONDS = 1.0
+
+
+def write_deadline(left: float, cap: float) -> float:
+    """The seconds a write sent `left` seconds before the fence may take in all (connect and
+    answer): until a standby could start at the soonest (FENCE_MARGIN_SECONDS after the
+    fence) less WRITE_SAFETY_SECONDS, at most `cap` (the apiserver's own limit on a request:
+    waiting longer is waiting for no answer). It shrinks as the fence nears, to the margin
+    less the safety at the fence; a gate open for ever (no election) gives `cap`."""
+    return min(max(left, 0.0) + FENCE_MARGIN_SECONDS - WRITE_SAFETY_SECONDS, cap)
 
 
 class FencedError(Exception):
@@ -47,11 +79,16 @@ class FencedError(Exception):
 class Gate:
     """Whether this replica may write now: open until the end of its term. Checked right
     before each write is sent, from any thread; judged by the clock at that moment, so a
-    fence thread that runs late (or a callback in progress) lets nothing through."""
+    fence thread that runs late (or a callback in progress) lets nothing through. It knows
+    the writes it let through that are still in flight, so that the Lease is released only
+    once none of ours can land after a standby starts (quiet)."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._until = -math.inf  # closed until someone opens it
+        self._cond = threading.Condition()
+        self._ids = itertools.count()
+        self._in_flight: dict[int, float] = {}  # write -> when it is given up on (our clock)
 
     def open(self, until: float = math.inf) -> None:
         """Open until `until` on the gate's clock (a term); for ever without one (a single
@@ -65,10 +102,40 @@ class Gate:
         """Seconds until the gate closes; 0 when it is closed."""
         return max(self._until - self._clock(), 0.0)
 
-    def check(self, what: str) -> None:
-        """Raises FencedError unless the gate is open."""
-        if self.left() <= 0:
-            raise FencedError(f"{what} not sent: this replica is not the leader")
+    @contextlib.contextmanager
+    def sending(self, what: str, cap: float) -> Iterator[float]:
+        """Around one write, right before it is sent: FencedError unless the gate is open,
+        else the write's deadline in seconds (write_deadline), both from one reading of
+        the clock; the write counts as in flight until the block ends or its deadline
+        passes."""
+        with self._cond:
+            now = self._clock()
+            left = self._until - now
+            if left <= 0:
+                raise FencedError(f"{what} not sent: this replica is not the leader")
+            deadline = write_deadline(left, cap)
+            write = next(self._ids)
+            self._in_flight[write] = now + deadline
+        try:
+            yield deadline
+        finally:
+            with self._cond:
+                del self._in_flight[write]
+                self._cond.notify_all()
+
+    def quiet(self, timeout: float) -> bool:
+        """Waits, `timeout` seconds at most, until no write this gate let through can still
+        be in flight: each was answered or its deadline passed. True once so."""
+        with self._cond:
+            end = self._clock() + timeout
+            while True:
+                now = self._clock()
+                last = max(self._in_flight.values(), default=-math.inf)
+                if last <= now:
+                    return True
+                if now >= end:
+                    return False
+                self._cond.wait(min(last, end) - now)
 
 
 class LeaseApi(Protocol):
@@ -166,6 +233,12 @@ class LeaderElector:
         with self._lock:
             if self.is_leader:
                 self._stop_leading("shutting down", level=logging.INFO)
+        # A released Lease lets a standby start at once, not a margin after our fence: only
+        # once no write of ours can still land (each is answered or given up on by its
+        # deadline, which is less than a lease duration away). Else the Lease expires.
+        if not self.gate.quiet(self._duration):
+            log.warning("lease %s/%s not released: writes of ours in flight", self._ns, self._name)
+            return
         self._release()
 
     # -- the loop ----------------------------------------------------------------------------

@@ -6,15 +6,15 @@ The pod watcher lists then watches pods carrying the job label, feeds the pod ca
 the controller which job changed. A watch the server ends resumes from the last
 resourceVersion; 410 Gone (history compacted) and any error cost a re-list, after a back-off
 that grows with consecutive failures (kube/backoff.py), so an apiserver in trouble is not
-hammered by every replica at once. The jobs' watch (kube/jobwatch.py) and Kueue's Workloads'
-(kube/kueue.py) run the same loop.
+hammered by every replica at once; a 429 or 503 waits at least what its Retry-After asks
+(kube/client.retry_after, the controller's rule too). The jobs' watch (kube/jobwatch.py)
+and Kueue's Workloads' (kube/kueue.py) run the same loop.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,27 +30,10 @@ from torchrun_operator.kube.client import (
     WATCH_TIMEOUT_SECONDS,
     collection,
     lister,
+    retry_after,
 )
 
 log = logging.getLogger(__name__)
-
-# The longest Retry-After (on 429 Too Many Requests) we obey. The apiserver's priority and
-# fairness asks for a second or so; a header of hours (a broken proxy) must not leave every
-# job without pod events that long.
-RETRY_AFTER_MAX_SECONDS = 60.0
-
-
-def retry_after(e: BaseException) -> float | None:
-    """The delay a 429 answer asks for (Retry-After, in seconds), bounded; None if none."""
-    if not isinstance(e, ApiException) or e.status != 429 or not e.headers:
-        return None
-    try:
-        seconds = float(e.headers.get("Retry-After", ""))
-    except (TypeError, ValueError):  # absent, or an HTTP date: fall back to the back-off
-        return None
-    if math.isnan(seconds):
-        return None
-    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 class RawWatch(watch.Watch):

@@ -3,7 +3,9 @@
 Many pod events for one job collapse into one pending key, so a burst of 512 pod updates
 costs a handful of reconciles, and a key is never processed by two workers at once (a key that
 is re-added while it is being processed runs once more afterwards). A key whose processing
-fails comes back after a per-key exponential back-off (backoff_delay), reset by a success.
+fails comes back after a per-key exponential back-off (backoff_delay), reset by a success;
+one that the apiserver was too slow for comes back within seconds (slow_delay), its back-off
+neither grown nor reset.
 
 A key added as urgent (a change seen in a job's pods or Workload) goes before keys added
 otherwise (a new or edited job): a failure in a running gang, or the status of pods that just
@@ -58,6 +60,25 @@ def backoff_delay(
         return 0.0
     delay = doubling(base, failures, cap)
     return delay * (1.0 - BACKOFF_JITTER * min(max(jitter, 0.0), 1.0))
+
+
+# After a reconcile that the apiserver was too slow for (a write timed out, a 429, 503 or 504,
+# kube/client.is_slow): again after 2 s, or the Retry-After asked, at most 10 s, whatever
+# failed before. Slow is not broken: the job's back-off would climb to 5 minutes over a
+# control plane that answers in 10 s, while each try lands some of its writes (the reconcile
+# reads back what landed) and the next does the rest. No faster than 2 s: each try costs the
+# busy apiserver requests, and the client's rate limit already paces them. The jitter spreads
+# jobs that were slow together.
+SLOW_RETRY_SECONDS = 2.0
+SLOW_RETRY_MAX_SECONDS = 10.0
+
+
+def slow_delay(asked: float | None, jitter: float = 0.0) -> float:
+    """Seconds to wait after a slow try: SLOW_RETRY_SECONDS less up to BACKOFF_JITTER of it
+    for `jitter` in [0, 1], or `asked` (a Retry-After) when longer, at most
+    SLOW_RETRY_MAX_SECONDS."""
+    base = SLOW_RETRY_SECONDS * (1.0 - BACKOFF_JITTER * min(max(jitter, 0.0), 1.0))
+    return min(max(base, asked or 0.0), SLOW_RETRY_MAX_SECONDS)
 
 
 def _bounded(seconds: float) -> float:
@@ -118,6 +139,13 @@ class WorkQueue:
             failures = self._failures.get(key, 0) + 1
             self._failures[key] = failures
         delay = _bounded(max(backoff_delay(failures, self._jitter()), at_least))
+        self.add(key, after=delay)
+        return delay
+
+    def add_slow(self, key: Hashable, asked: float | None = None) -> float:
+        """After a try of `key` the apiserver was too slow for: adds it back after slow_delay
+        (`asked`: a Retry-After), its failures in a row left as they are; the delay chosen."""
+        delay = slow_delay(asked, self._jitter())
         self.add(key, after=delay)
         return delay
 

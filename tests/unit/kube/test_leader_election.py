@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from torchrun_operator.kube.leader import (
@@ -52,26 +53,37 @@ class Store:
 @dataclass
 class Leases:
     """One replica's view of the API: `down` makes its requests fail, `before_write` runs
-    before each of its writes lands (a slow request)."""
+    before each of its writes lands (a slow request). With a `clock`, each read and each
+    write takes `read_seconds` and `write_seconds` of it to be answered, or is given up on
+    at its timeout (a slow apiserver)."""
 
     store: Store
     down: bool = False
     before_write: Callable[[], object] | None = None
     timeouts: list[Any] = field(default_factory=list)
+    clock: Clock | None = None
+    read_seconds: float = 0.0
+    write_seconds: float = 0.0
 
-    def _call(self, kw: dict[str, Any]) -> None:
-        self.timeouts.append(kw.get("_request_timeout"))
+    def _call(self, kw: dict[str, Any], seconds: float = 0.0) -> None:
+        timeout = kw.get("_request_timeout")
+        self.timeouts.append(timeout)
         if self.down:
             raise ApiException(status=503, reason="unreachable")
+        if self.clock is not None and seconds > 0:
+            if timeout is not None and seconds > timeout:
+                self.clock.t += timeout
+                raise urllib3.exceptions.ReadTimeoutError(None, "/leases", "timed out")  # type: ignore[arg-type]
+            self.clock.t += seconds
 
     def read_namespaced_lease(self, name: str, namespace: str, **kw: Any) -> Any:
-        self._call(kw)
+        self._call(kw, self.read_seconds)
         if self.store.lease is None:
             raise ApiException(status=404, reason="NotFound")
         return copy.deepcopy(self.store.lease)
 
     def create_namespaced_lease(self, namespace: str, body: Any, **kw: Any) -> Any:
-        self._call(kw)
+        self._call(kw, self.write_seconds)
         if self.store.lease is not None:
             raise ApiException(status=409, reason="AlreadyExists")
         if self.before_write:
@@ -79,7 +91,7 @@ class Leases:
         return self.store.write(body)
 
     def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kw: Any) -> Any:
-        self._call(kw)
+        self._call(kw, self.write_seconds)
         assert self.store.lease is not None and self.store.lease.metadata is not None
         if body.metadata.resource_version != self.store.lease.metadata.resource_version:
             raise ApiException(status=409, reason="Conflict")
@@ -144,7 +156,7 @@ def takeover_time(skew: float) -> float | None:
     clock, store = Clock(), Store()
     a = Replica("a", store, clock, wall_skew=skew)
     b = Replica("b", store, clock)
-    run(clock, [a, b], until=60, alive=lambda r, t: r is b or t < 20)
+    run(clock, [a, b], until=20 + LEASE_DURATION_SECONDS + 10, alive=lambda r, t: r is b or t < 20)
     assert a.first("started") == 0.0
     return b.first("started")
 
@@ -152,8 +164,14 @@ def takeover_time(skew: float) -> float | None:
 def test_a_standby_takes_over_a_lease_duration_after_it_last_saw_a_change() -> None:
     t = takeover_time(0.0)
     assert t is not None
-    # a's last renewal was at t=18 (it steps at 0, 2, ... 18); b saw it at 18.5.
-    assert 18.5 + LEASE_DURATION_SECONDS < t <= 18.5 + LEASE_DURATION_SECONDS + 2.5
+    # a's last renewal was the last step before t=20 (it steps every retry period from 0); b
+    # saw it half a second later.
+    seen = (20 - 1e-9) // RETRY_PERIOD_SECONDS * RETRY_PERIOD_SECONDS + 0.5
+    assert (
+        seen + LEASE_DURATION_SECONDS
+        < t
+        <= seen + LEASE_DURATION_SECONDS + RETRY_PERIOD_SECONDS + 0.5
+    )
 
 
 @pytest.mark.parametrize("skew", [3600.0, -30.0])
@@ -181,10 +199,10 @@ def test_a_leader_cut_off_from_the_api_stops_before_the_standby_starts() -> None
     run(clock, [a, b], until=10)
     assert a.leading
     a.api.down = True  # a partition: a can reach nothing, b still can
-    run(clock, [a, b], until=60)
+    run(clock, [a, b], until=10 + LEASE_DURATION_SECONDS + 10)
     stopped, started = a.first("stopped"), b.first("started")
     assert stopped is not None and started is not None
-    # a's last good renewal was sent at t=10: it stops by the renew deadline after it...
+    # a's last good renewal was sent by t=10: it stops by the renew deadline after it...
     assert stopped <= 10 + RENEW_DEADLINE_SECONDS + 0.5
     # ...and b, which saw that renewal no earlier, waits the whole lease duration.
     assert started - stopped >= LEASE_DURATION_SECONDS - RENEW_DEADLINE_SECONDS
@@ -221,6 +239,20 @@ def test_a_leader_that_sees_another_holder_stops_at_once() -> None:
     clock.t += 1
     a.elector.step()
     assert not a.leading and a.events[-1] == (1.0, "stopped")
+
+
+def test_a_leader_keeps_its_term_while_the_apiserver_answers_writes_in_15_s() -> None:
+    """A control plane that answers writes in 5-15 s is slow, not down: its Lease renewals
+    still land in time, so one replica leads all along and the standby waits. With
+    client-go's timings (15/10/2 s: each request given up on after 4 s) no renewal landed
+    and the leader lost its Lease 10 s after it won it."""
+    clock, store = Clock(), Store()
+    a = Replica("a", store, clock)
+    b = Replica("b", store, clock)
+    a.api.clock, a.api.read_seconds, a.api.write_seconds = clock, 2.0, 15.0
+    run(clock, [a, b], until=600)
+    assert a.leading and [e for _, e in a.events] == ["started"]  # never stopped
+    assert b.events == []
 
 
 def test_requests_are_bounded_below_the_renew_deadline() -> None:

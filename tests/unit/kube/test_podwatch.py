@@ -15,7 +15,8 @@ from torchrun_operator.kube.backoff import (
     Backoff,
 )
 from torchrun_operator.kube.cache import JobKey, PodCache
-from torchrun_operator.kube.podwatch import RETRY_AFTER_MAX_SECONDS, PodWatcher
+from torchrun_operator.kube.client import RETRY_AFTER_MAX_SECONDS
+from torchrun_operator.kube.podwatch import PodWatcher
 
 
 def pod(name: str, rv: str, job: str = "j") -> dict[str, Any]:
