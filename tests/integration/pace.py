@@ -21,6 +21,8 @@ upper bound for an honest run, never a guess of its usual time.
 
 from __future__ import annotations
 
+from typing import Any
+
 # The CI machine's cores, and the runnable processes on it at the worst load the suite is run
 # under (see above).
 CPUS = 2
@@ -63,3 +65,13 @@ def train_ddp(epochs: int, step_sleep: float = 0.0) -> float:
     """Seconds train_ddp's `epochs` of 256 samples on two ranks take beyond the launch: their
     CPU, and the `--step-sleep` of each of their 8 steps an epoch."""
     return cpu(epochs * TRAIN_DDP_EPOCH_CPU_S) + epochs * 8 * step_sleep
+
+
+def job(spec: dict[str, Any], attempts_: int = 1) -> float:
+    """`attempts(attempts_, pods, nproc)` of a DistributedTrainingJob's spec: its nodes (an
+    elastic job's most) and nprocPerNode ("gpu" or "auto" count as one on these CPU nodes)."""
+    nodes = spec.get("nodes", 1)
+    pods = int(nodes) if isinstance(nodes, int | str) and str(nodes).isdigit() else 1
+    pods = max(pods, int((spec.get("elastic") or {}).get("maxNodes") or 0))
+    nproc = spec.get("nprocPerNode", 1)
+    return attempts(attempts_, pods, nproc if isinstance(nproc, int) else 1)
