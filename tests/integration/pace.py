@@ -69,7 +69,8 @@ def train_ddp(epochs: int, step_sleep: float = 0.0) -> float:
 
 def job(spec: dict[str, Any], attempts_: int = 1) -> float:
     """`attempts(attempts_, pods, nproc)` of a DistributedTrainingJob's spec: its nodes (an
-    elastic job's most) and nprocPerNode ("gpu" or "auto" count as one on these CPU nodes)."""
+    elastic job's most) and nprocPerNode ("gpu" or "auto" count as one on these CPU nodes, as
+    does one a runtime gives: the tests' runtimes give one)."""
     nodes = spec.get("nodes", 1)
     pods = int(nodes) if isinstance(nodes, int | str) and str(nodes).isdigit() else 1
     pods = max(pods, int((spec.get("elastic") or {}).get("maxNodes") or 0))
