@@ -180,14 +180,16 @@ def start(
     is_host: bool = True,
     rdzv_id: str = "job-uid-0",
     # Both launchers import torch before they join: on a loaded machine (CI runs three test
-    # workers on two cores) one may join tens of seconds after the other.
-    join_timeout: int = 60,
+    # workers on two cores) one may join long after the other. None: pace's bound for the
+    # nnodes launchers' start.
+    join_timeout: int | None = None,
     endpoint: str | None = None,
     env: dict[str, str] | None = None,
     prefix: list[str] | None = None,
     runtime: Runtime = VENV,
 ) -> Node:
     state_dir, term, log = tmp / f"{name}-state", tmp / f"{name}-term", tmp / f"{name}.log"
+    jt = round(pace.torch_processes(nnodes)) if join_timeout is None else join_timeout
     args = [
         "--nnodes",
         str(nnodes),
@@ -200,7 +202,7 @@ def start(
         "--rdzv-id",
         rdzv_id,
         "--rdzv-conf",
-        f"is_host={int(is_host)},join_timeout={join_timeout},read_timeout=20",
+        f"is_host={int(is_host)},join_timeout={jt},read_timeout=20",
         "--max-restarts",
         "0",
         "--monitor-interval",
