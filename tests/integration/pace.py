@@ -16,7 +16,9 @@ torch process the test starts (torchrun's agent in the launcher, and each worker
 A CPU-bound process on a machine with R runnable processes on C cores gets C/R of a core.
 The bounds here take R = 18 (13 seen under `make test`, a third more under `TEST_WORKERS=4`,
 the README's stress run, rounded up) and let the test's own processes run one at a time: an
-upper bound for an honest run, never a guess of its usual time.
+upper bound for an honest run, never a guess of its usual time. For scale: the launcher test
+that CI's 120 s limit killed (three launches, about 63 s of CPU) took 120.18 s at a load of
+13; these bounds give it about 600 s.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def torch_processes(n: int) -> float:
 
 def launchers(pods: int, nproc: int = 1) -> float:
     """Seconds for `pods` launchers of `nproc` workers each (one pod's, or one node's, torch
-    processes: the agent and its workers) to start, rendezvous, run a trivial job and exit."""
+    processes: the agent and its workers) to start, rendezvous, run a trivial job and exit.
+    `nproc=0`: workers that do not import torch (a shell command, a script of the standard
+    library) cost next to nothing beside the launchers."""
     return torch_processes(pods * (1 + nproc))
 
 
