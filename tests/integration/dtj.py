@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import jobs
+import pace
 import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
@@ -84,9 +85,24 @@ def job_gone(api: client.ApiClient, namespace: str, name: str) -> bool:
     return False
 
 
+# What the examples' trainers do beyond starting (examples/cpu-ddp.yaml: train_ddp, 4 epochs of
+# 512 samples, the cost of 8 epochs of pace's 256, with 0.05 s step sleeps): the default wait's
+# allowance for a job's own work.
+EXAMPLE_WORK_S = pace.train_ddp(8, 0.05)
+
+
 def wait_phase(
-    api: client.ApiClient, namespace: str, name: str, phases: set[str], timeout: float = 240.0
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    phases: set[str],
+    timeout: float | None = None,
 ) -> dict[str, Any]:
+    """The job once its phase is one of `phases`. `timeout` by default: one attempt of its
+    pods and workers on the loaded machine (pace), and the examples' training."""
+    if timeout is None:
+        timeout = pace.job(get_job(api, namespace, name)["spec"]) + EXAMPLE_WORK_S
+
     def done() -> dict[str, Any] | None:
         job = get_job(api, namespace, name)
         return job if (job.get("status") or {}).get("phase") in phases else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 from dtj import REPO, SMALL, apply, get_job, job_pods, load_docs, wait_for, wait_phase
 from kubernetes import client
@@ -73,7 +74,9 @@ def test_a_pod_killed_mid_run_resumes_from_the_last_checkpoint(
         last = status.get("lastCheckpoint") or {}
         return status if last.get("step", 0) >= 2 * SAVE_EVERY else None
 
-    status = wait_for("a reported checkpoint at step 10 or later", checkpointed, timeout=180)
+    # The gang's start (pace), then ten steps of 0.3 s.
+    budget = pace.attempts(pods=NODES) + 2 * SAVE_EVERY * 0.3
+    status = wait_for("a reported checkpoint at step 10 or later", checkpointed, timeout=budget)
     seen = status["lastCheckpoint"]
     # The first attempt's own file, and its completion marker (docs/progress.md).
     assert seen["path"] == f"/checkpoints/step-{seen['step']}.a0.pt", seen

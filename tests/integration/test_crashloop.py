@@ -3,6 +3,7 @@ fails the job as CrashLoopNoProgress instead of spending the rest of maxRestarts
 
 from __future__ import annotations
 
+import pace
 import pytest
 from dtj import apply, wait_phase
 from kubernetes import client
@@ -21,7 +22,9 @@ def test_a_rank_killed_at_the_same_step_twice_is_a_crash_loop(
     job = docs[1]
     job["spec"]["failurePolicy"] = {"maxRestarts": 5, "backoffSeconds": 1}
     apply(kube, namespace, docs)
-    done = wait_phase(kube, namespace, "crashloop", {"Succeeded", "Failed"}, timeout=300)
+    # Two attempts of two pods of two workers, each killed at step 3 (0.3 s a step).
+    budget = pace.attempts(2, pods=2, nproc=2) + 2 * 3 * 0.3
+    done = wait_phase(kube, namespace, "crashloop", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 from dtj import apply, job_pods, pod_log, wait_phase
 from hostprocs import launcher_pid, start_time
@@ -71,7 +72,9 @@ def test_lost_pod_is_replaced_alone_and_the_others_keep_their_processes(
             f"node rank {i}: launcher {before[i]} is now {pid}, {pid and start_time(pid)}"
         )
 
-    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
+    # The replacement's start and the survivors' workers' restart, then the rest of training.
+    budget = pace.attempts(pods=3) + pace.train_ddp(8, 0.4)
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status["attempt"] == 0, status

@@ -6,6 +6,7 @@ import copy
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import REPO, apply, load_docs, one_per_node, pod_log, wait_phase
 from kubernetes import client
@@ -39,7 +40,9 @@ def test_rendezvous_that_never_completes_names_the_pod_that_never_started(
     trainer = docs[1]["spec"]["template"]["spec"]["containers"][0]
     trainer["resources"] = {"requests": {"cpu": cpu}}
     apply(kube, namespace, docs)
-    done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=150)
+    # The pods that run start their launchers, then wait out the join timeout.
+    budget = pace.attempts(pods=nodes) + 20
+    done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failure = status["failure"]
@@ -82,7 +85,9 @@ def test_rendezvous_hung_with_every_launcher_stuck_fails_on_the_operators_timer(
     trainer = docs[1]["spec"]["template"]["spec"]["containers"][0]
     trainer["env"] = [{"name": "PYTHONPATH", "value": "/workspace"}]
     apply(kube, namespace, docs)
-    done = wait_phase(kube, namespace, "stuck", {"Succeeded", "Failed"}, timeout=150)
+    # Pods that start (their interpreters hang at once), then the join timeout.
+    budget = pace.attempts() + 10
+    done = wait_phase(kube, namespace, "stuck", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failure = status["failure"]
@@ -115,7 +120,9 @@ def test_a_rank_that_stops_reporting_progress_fails_the_job_as_progress_stalled(
     ]
     spec["template"]["spec"]["terminationGracePeriodSeconds"] = 3
     apply(kube, namespace, copy.deepcopy(docs))
-    done = wait_phase(kube, namespace, "progress", {"Succeeded", "Failed"}, timeout=240)
+    # The gang's start, its steps up to the stall, then the progress timeout.
+    budget = pace.attempts() + 3 * 0.2 + 60
+    done = wait_phase(kube, namespace, "progress", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 import yaml
 from dtj import REPO, get_job, wait_for
@@ -163,7 +164,7 @@ def test_run_a_directory_follows_its_progress_and_exits_0(
     term.type("kubectl dtj run --nodes 2 --name run-ok proj -- --steps 60 --step-sleep 0.5")
     term.wait_for(r"^job run-ok submitted in namespace " + namespace, 60)
     # The live progress line, from the step the script reports, with an ETA.
-    term.wait_for(r"Running 2/2 pods ready \| step \d+/60, [\d.]+ steps/s, ETA ", 120)
+    term.wait_for(r"Running 2/2 pods ready \| step \d+/60, [\d.]+ steps/s, ETA ", pace.attempts())
     # rank 0's log: its lines, or, where the apiserver cannot fetch logs (the local cluster's
     # process nodes have no kubelet), a notice naming the pod that holds rank 0
     term.wait_for(
@@ -206,7 +207,7 @@ def test_status_watch_redraws_in_place_and_ctrl_c_asks_before_deleting(
     term: Terminal, kube: client.ApiClient, namespace: str
 ) -> None:
     term.type("kubectl dtj run --nodes 2 --name run-long single.py -- --steps 1000")
-    term.wait_for(r"Running 2/2 pods ready \| step \d+/1000", 120)
+    term.wait_for(r"Running 2/2 pods ready \| step \d+/1000", pace.attempts())
 
     # A second window: the status, redrawn in place as the steps go by.
     term.window("1")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import (
     OperatorProcess,
@@ -264,11 +265,10 @@ def wait_not_admitted(kube: client.ApiClient, ns: str, name: str, timeout: float
     return admitted
 
 
-def wait_succeeded(
-    kube: client.ApiClient, ns: str, name: str, timeout: float = 240
-) -> dict[str, Any]:
-    """The job once it ended; it must have succeeded."""
-    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, timeout)
+def wait_succeeded(kube: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    """The job once it ended, within two attempts' start (a resumed job's: pace; the jobs
+    here sleep seconds at most when they are to end); it must have succeeded."""
+    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, pace.attempts(2))
     assert done["status"]["phase"] == "Succeeded", done["status"]
     return done
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 from loadednode import LoadedNode
 from localkube.procs import free_port
@@ -35,7 +36,10 @@ from torchrun_operator.render.pod import LAUNCHER_BOOTSTRAP
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_DDP = ROOT / "examples" / "scripts" / "train_ddp.py"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+# No timeout of the module's own: its launches wait within bounds sized from the torch processes
+# they start (pace), and pyproject.toml's 600 s a test stays the guard against a hang. A 120 s
+# limit here failed a resume test that took 120.18 s on CI's loaded machine (issue 52).
+pytestmark = [pytest.mark.slow]
 
 
 @dataclass(frozen=True)
@@ -143,8 +147,11 @@ class Node:
     state_dir: Path
     term: Path
     log: Path
+    # How long its launch may take on the loaded machine: its torch processes and its peers'.
+    budget: float
 
-    def wait(self, timeout: float = 90) -> int:
+    def wait(self, timeout: float | None = None) -> int:
+        timeout = self.budget if timeout is None else timeout
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -173,14 +180,16 @@ def start(
     is_host: bool = True,
     rdzv_id: str = "job-uid-0",
     # Both launchers import torch before they join: on a loaded machine (CI runs three test
-    # workers on two cores) one may join tens of seconds after the other.
-    join_timeout: int = 60,
+    # workers on two cores) one may join long after the other. None: pace's bound for the
+    # nnodes launchers' start.
+    join_timeout: int | None = None,
     endpoint: str | None = None,
     env: dict[str, str] | None = None,
     prefix: list[str] | None = None,
     runtime: Runtime = VENV,
 ) -> Node:
     state_dir, term, log = tmp / f"{name}-state", tmp / f"{name}-term", tmp / f"{name}.log"
+    jt = round(pace.torch_processes(nnodes)) if join_timeout is None else join_timeout
     args = [
         "--nnodes",
         str(nnodes),
@@ -193,7 +202,7 @@ def start(
         "--rdzv-id",
         rdzv_id,
         "--rdzv-conf",
-        f"is_host={int(is_host)},join_timeout={join_timeout},read_timeout=20",
+        f"is_host={int(is_host)},join_timeout={jt},read_timeout=20",
         "--max-restarts",
         "0",
         "--monitor-interval",
@@ -230,7 +239,7 @@ def start(
         text=True,
     )
     fp.close()
-    return Node(proc, state_dir, term, log)
+    return Node(proc, state_dir, term, log, pace.launchers(nnodes, nproc))
 
 
 @pytest.fixture
@@ -427,7 +436,7 @@ def test_the_store_host_trains_without_resolving_its_own_name(
         env={"TORCHRUN_OPERATOR_DNS_TIMEOUT": "2"},
         prefix=["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh"],
     )
-    assert node.wait(timeout=120) == 0, node.output()
+    assert node.wait() == 0, node.output()
     assert node.summary()["state"] == "Succeeded"
     assert "waiting for rendezvous host" not in node.output()
 
@@ -448,7 +457,7 @@ def test_sigterm_stops_training_promptly(
     tmp_path: Path, worker: list[str], runtime: Runtime
 ) -> None:
     node = runtime.start(tmp_path, "n0", worker, port=free_port(), env={"MODE": "sleep"})
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + node.budget
     while not (node.state_dir / "ready").exists():
         assert node.proc.poll() is None, node.output()
         assert time.monotonic() < deadline, node.output()
@@ -462,8 +471,8 @@ def test_sigterm_stops_training_promptly(
     assert s["state"] == "Failed" and "SIGTERM" in s["message"]
 
 
-def _wait_ready(nodes: list[Node], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
+def _wait_ready(nodes: list[Node]) -> None:
+    deadline = time.monotonic() + max(n.budget for n in nodes)
     while not all((n.state_dir / "ready").exists() for n in nodes):
         for n in nodes:
             assert n.proc.poll() is None, n.output()
@@ -594,7 +603,7 @@ def test_example_script_resume_is_deterministic(tmp_path: Path, runtime: Runtime
             rdzv_id=f"uid-{name}",
             env={"TORCHRUN_OPERATOR_PROGRESS_FILE": str(tmp_path / f"{name}.step")},
         )
-        assert node.wait() == 0, node.output()
+        assert node.wait(node.budget + pace.train_ddp(3)) == 0, node.output()
         assert node.summary()["state"] == "Succeeded"
         return node
 

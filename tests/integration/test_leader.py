@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 from dtj import (
     REPO,
@@ -122,7 +123,7 @@ def test_one_leader_acts_and_the_standby_takes_over_when_it_dies(
     docs = load_docs(HELLO)
     job = apply(kube, namespace, docs)
     name = job["metadata"]["name"]
-    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert holder(kube, namespace) == first
     assert [r["pod"] for r in done["status"]["ranks"]] == [f"{name}-0", f"{name}-1"]
@@ -145,7 +146,7 @@ def test_one_leader_acts_and_the_standby_takes_over_when_it_dies(
     after = next(d for d in docs if d["kind"] == "DistributedTrainingJob")
     after["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"] = cm["metadata"]["name"]
     apply(kube, namespace, docs)
-    done = wait_phase(kube, namespace, "after-failover", {"Succeeded", "Failed"}, timeout=180)
+    done = wait_phase(kube, namespace, "after-failover", {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert len(done["status"]["ranks"]) == 2
     assert pod_creates(standby) == 2
@@ -279,7 +280,9 @@ def test_a_deposed_leader_sends_no_write_after_its_fence_and_the_new_one_finishe
             lambda: "became leader" in successor.log() and "lost leadership" in deposed.log(),
             timeout=LEASE_DURATION_SECONDS + 90,
         )
-        done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=240)
+        # Six pods' launchers and workers start (pace); the job does nothing more.
+        budget = pace.attempts(pods=6)
+        done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=budget)
         assert done["status"]["phase"] == "Succeeded", done["status"]
         assert sorted(r["pod"] for r in done["status"]["ranks"]) == [
             f"{name}-{i}" for i in range(6)

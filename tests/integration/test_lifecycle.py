@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import GROUP, PLURAL, VERSION, apply, get_job, job_gone, job_pods, wait_for, wait_phase
 from kubernetes import client
@@ -145,8 +146,10 @@ def test_clean_pod_policy_leaves_the_right_pods(kube: client.ApiClient, namespac
     }
     for name, (policy, args) in cases.items():
         apply(kube, namespace, scripted(name, args, runPolicy={"cleanPodPolicy": policy}))
+    # The four jobs run at once: all their pods' launchers start torch together.
+    budget = pace.launchers(2 * len(cases), 0)
     final = {
-        name: wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)["status"]
+        name: wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=budget)["status"]
         for name in cases
     }
     for name in ("keep-failed", "keep-all", "delete"):

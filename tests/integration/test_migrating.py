@@ -24,9 +24,11 @@ import textwrap
 from typing import Any
 
 import jobs
+import pace
 import pytest
 import yaml
 from dtj import (
+    EXAMPLE_WORK_S,
     GROUP,
     IMAGE,
     PLURAL,
@@ -156,13 +158,15 @@ def job_doc(
 def run_jobs(
     kube: client.ApiClient, namespace: str, docs: list[dict[str, Any]]
 ) -> dict[str, dict[str, Any]]:
-    """Applies every job (with its scripts) at once, then waits for each to finish."""
+    """Applies every job (with its scripts) at once, then waits for each to finish: within
+    the start of all of their pods and workers, and the examples' work."""
     names = []
     for doc in docs:
         name = doc["metadata"]["name"]
         apply(kube, namespace, [scripts_configmap(name, SCRIPTS), doc])
         names.append(name)
-    return {n: wait_phase(kube, namespace, n, {"Succeeded", "Failed"}, timeout=300) for n in names}
+    budget = sum(pace.job(doc["spec"]) for doc in docs) + EXAMPLE_WORK_S
+    return {n: wait_phase(kube, namespace, n, {"Succeeded", "Failed"}, budget) for n in names}
 
 
 def seen(kube: client.ApiClient, namespace: str, job: str) -> list[dict[str, Any]]:
@@ -346,7 +350,7 @@ def test_a_converted_kubeflow_example_runs(kube: client.ApiClient, namespace: st
         "data": {"demo.py": script},
     }
     created = apply(kube, namespace, [cm, job])
-    done = wait_phase(kube, namespace, created["metadata"]["name"], {"Succeeded", "Failed"}, 300)
+    done = wait_phase(kube, namespace, created["metadata"]["name"], {"Succeeded", "Failed"})
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["worldSize"] == 4
     assert sorted(r["globalRanks"] for r in done["status"]["ranks"]) == ["0-1", "2-3"]

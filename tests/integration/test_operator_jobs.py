@@ -6,6 +6,7 @@ import copy
 import json
 from typing import Any
 
+import pace
 import pytest
 from dtj import (
     JOB_LABEL,
@@ -140,7 +141,9 @@ def test_rendezvous_that_cannot_complete_fails_within_the_timeout(
     doc["spec"].setdefault("rendezvous", {})["joinTimeoutSeconds"] = 20
     doc["spec"]["failurePolicy"] = {"maxRestarts": 0}
     apply(kube, namespace, [*docs, doc])
-    done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=150)
+    # The pods that run start their launchers and workers, then wait out the join timeout.
+    budget = pace.attempts(pods=nodes, nproc=2) + 20
+    done = wait_phase(kube, namespace, "never-meets", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed"
     text = json.dumps(status).lower()

@@ -9,6 +9,7 @@ import time
 import urllib.request
 from typing import Any
 
+import pace
 import pytest
 from dtj import apply, get_job, pod_log, wait_for, wait_phase
 from jobs import condition
@@ -45,7 +46,8 @@ def test_progress_straggler_and_metrics_while_the_job_runs(
         c = condition(status, "Straggler")
         return status if c and c["status"] == "True" else None
 
-    status = wait_for("the Straggler condition", straggling, timeout=150)
+    # The gang's start, then the straggler window.
+    status = wait_for("the Straggler condition", straggling, timeout=pace.attempts(pods=3) + 8)
     slow = next(r for r in status["ranks"] if r.get("globalRanks") == "1")
     message = condition(status, "Straggler")["message"]
     assert f"pod {slow['pod']} (index {slow['index']}, node rank {slow['nodeRank']}" in message
@@ -94,7 +96,9 @@ def test_a_hang_names_the_rank_outside_the_collective_and_its_line(
     docs[1]["spec"]["runPolicy"] = {"progressTimeoutSeconds": 30, "cleanPodPolicy": "KeepAll"}
     started = time.monotonic()
     apply(kube, namespace, docs)
-    done = wait_phase(kube, namespace, "hangs", {"Succeeded", "Failed"}, timeout=200)
+    # The gang's start, its steps up to the hang, then the progress timeout.
+    budget = pace.attempts() + 4 * 0.2 + 30
+    done = wait_phase(kube, namespace, "hangs", {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Failed", status
     failure = status["failure"]

@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import IMAGE, SMALL, apply, get_job, job_pods, pod_log, wait_for, wait_phase
 from kubernetes import client
@@ -102,15 +103,16 @@ def read_launcher(ip: str) -> dict[str, Any] | None:
 
 
 def watch_rank_map(
-    kube: client.ApiClient, namespace: str, name: str, nodes: int, timeout: float = 180
+    kube: client.ApiClient, namespace: str, name: str, nodes: int
 ) -> tuple[dict[int, dict[str, Any]], dict[int, float], dict[int, dict[str, Any]]]:
     """Polls the job's status (every 0.1 s) and its launchers until every entry shows its
-    node rank and global ranks while the job runs. Returns the entries as first complete,
-    when each appeared (wall clock), and each launcher's own answer (with rendezvousAt)."""
+    node rank and global ranks while the job runs, within the start of its pods and workers
+    (pace). Returns the entries as first complete, when each appeared (wall clock), and each
+    launcher's own answer (with rendezvousAt)."""
     seen: dict[int, dict[str, Any]] = {}
     seen_at: dict[int, float] = {}
     launchers: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + pace.job(get_job(kube, namespace, name)["spec"])
     while time.monotonic() < deadline and (len(seen) < nodes or len(launchers) < nodes):
         status = get_job(kube, namespace, name).get("status") or {}
         now = time.time()

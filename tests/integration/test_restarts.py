@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import IMAGE, REPO, apply, get_job, job_pods, pod_log, wait_for, wait_phase
 from hostprocs import launcher_pid, worker_pids
@@ -131,7 +132,9 @@ def wait_training(
             return None
         return pods[0]
 
-    return wait_for(f"{job}: a checkpoint and workers in pod {index}", ready, timeout=180)
+    # The gang's start and its first epoch (the slowest step sleep here is 0.75 s).
+    budget = pace.attempts(pods=get_job(kube, ns, job)["spec"]["nodes"]) + pace.train_ddp(1, 0.75)
+    return wait_for(f"{job}: a checkpoint and workers in pod {index}", ready, timeout=budget)
 
 
 def wait_workers(kube: client.ApiClient, ns: str, pod: Any) -> dict[int, int]:
@@ -186,7 +189,8 @@ def reference_checksum(tmp_path_factory: pytest.TempPathFactory) -> str:
         *TRAIN_ARGS,
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    budget = pace.launchers(1, 2) + pace.train_ddp(EPOCHS)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=budget, env=env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return final_checksum(done.stdout)
 
@@ -213,7 +217,9 @@ def assert_one_restart_and_resumed(
     rank: int | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:
-    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, timeout=240)
+    # Two attempts, and all of the training (the slowest step sleep here is 0.75 s).
+    budget = pace.attempts(2) + pace.train_ddp(EPOCHS, 0.75)
+    done = wait_phase(kube, ns, name, {"Succeeded", "Failed"}, timeout=budget)
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status["attempt"] == 1, status
@@ -317,7 +323,7 @@ def test_rank_exiting_1_fails_the_job_without_restart(
 ) -> None:
     name = "exits-one"
     apply(kube, namespace, [script_configmap(name), job_doc(name, exit_command(1))])
-    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=120)
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=pace.attempts())
     status = done["status"]
     assert status["phase"] == "Failed", status
     assert status["attempt"] == 0 and not status.get("restarts"), status
@@ -330,7 +336,7 @@ def test_retryable_exit_code_restarts_the_gang(kube: client.ApiClient, namespace
     policy = {"maxRestarts": 2, "backoffSeconds": 1, "retryableExitCodes": [42]}
     doc = job_doc(name, exit_command(42, first_attempt_only=True), failure_policy=policy)
     apply(kube, namespace, [script_configmap(name), doc])
-    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=150)
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=pace.attempts(2))
     status = done["status"]
     assert status["phase"] == "Succeeded", status
     assert status["attempt"] == 1, status
@@ -357,11 +363,11 @@ def test_restart_budget_runs_out_across_an_operator_restart(
     wait_for(
         "the first gang restart",
         lambda: (get_job(kube, namespace, name).get("status") or {}).get("attempt") == 1,
-        timeout=120,
+        timeout=pace.attempts(),
     )
     operator.kill()
     operator.start()
-    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=180)
+    done = wait_phase(kube, namespace, name, {"Succeeded", "Failed"}, timeout=pace.attempts(2))
     status = done["status"]
     assert status["phase"] == "Failed", status
     # Had the restarted operator forgotten the first restart, a fourth attempt would run.

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jobs
+import pace
 import pytest
 from dtj import (
     IMAGE,
@@ -208,7 +209,9 @@ def test_two_host_network_jobs_on_the_same_nodes_both_rendezvous(
             )
 
         try:
-            wait_for("both jobs to rendezvous", both_rendezvoused, timeout=180)
+            # Both jobs' launchers start torch together (their workers only sleep).
+            budget = pace.launchers(2 * nodes, 0)
+            wait_for("both jobs to rendezvous", both_rendezvoused, timeout=budget)
         except TimeoutError:
             states = {
                 j: (

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pace
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -294,7 +295,8 @@ def test_torchrun_across_two_pods(cluster: Any, core: Core, namespace: str) -> N
             "--rdzv-id",
             "test",
             "--rdzv-conf",
-            f"is_host={1 if i == 0 else 0},join_timeout=50",
+            # Both torchruns import torch before they join: one may be late by that much.
+            f"is_host={1 if i == 0 else 0},join_timeout={pace.torch_processes(2):.0f}",
             "--local-addr",
             "$(POD_IP)",
             "/opt/script/allreduce.py",
@@ -322,8 +324,9 @@ def test_torchrun_across_two_pods(cluster: Any, core: Core, namespace: str) -> N
             ],
         )
         create(core, ns, body)
+    budget = pace.launchers(2, 2)  # two torchruns of two workers each
     results = [
-        wait_phase(core, ns, f"tr-{i}", ("Succeeded", "Failed"), timeout=120) for i in range(2)
+        wait_phase(core, ns, f"tr-{i}", ("Succeeded", "Failed"), timeout=budget) for i in range(2)
     ]
     logs = [log_of(cluster, ns, f"tr-{i}") for i in range(2)]
     assert [r["status"]["phase"] for r in results] == ["Succeeded", "Succeeded"], logs
