@@ -42,13 +42,16 @@ def superseded(ctx: Ctx) -> list[PodView]:
     hostname and rendezvous id of the pod it replaced, and one lost with its node (phase
     Unknown: its kubelet stopped reporting) runs on when that kubelet comes back: beside its
     replacement, answering the same DNS name. status.ranks names the replacement (written
-    before it was created), so the pod it replaced goes whenever it is seen. Only an earlier
-    replacement of its index than the one the status names: never a later one."""
+    before it was created), so the pod it replaced goes whenever it is seen. Only one that can
+    still run (a pod that ended stays, for cleanPodPolicy to keep or remove) and only an
+    earlier replacement of its index than the one the status names: never a later one."""
     named = {int(r["index"]): str(r.get("pod") or "") for r in entries(ctx.status)}
     out = []
     for p in ctx.pods:
         i = p.node_index
-        if p.attempt != ctx.attempt or i is None or i not in named or p.name == named[i]:
+        if p.terminal or p.attempt != ctx.attempt or i is None or i not in named:
+            continue
+        if p.name == named[i]:
             continue
         if replacement_of(ctx, i, p.name) < replacement_of(ctx, i, named[i]):
             out.append(p)
