@@ -34,8 +34,11 @@ def report(
     group_rank: int | None = 0,
     step: int | None = None,
     checkpoint: Mapping[str, Any] | None = None,
+    reported_at: float | None = None,
 ) -> str:
-    """The termination message a launcher writes, as the pod's status carries it."""
+    """The termination message a launcher writes, as the pod's status carries it;
+    `reported_at`: when it was written (the launcher's write_summary adds it to a report with
+    failures)."""
     summary = launcher_report.build_summary(
         state,
         group_rank=group_rank,
@@ -46,4 +49,6 @@ def report(
         step=step,
         checkpoint=checkpoint,
     )
+    if reported_at is not None:
+        summary["reportedAt"] = reported_at
     return launcher_report.encode_summary(summary).decode("utf-8")

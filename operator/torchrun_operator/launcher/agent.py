@@ -67,6 +67,10 @@ def write_summary(summary: Summary) -> None:
     if notes and summary.get("state") != SUCCEEDED:
         message = "; ".join([*notes, summary.get("message") or ""]).rstrip("; ")
         summary = {**summary, "message": message}
+    if summary.get("failures"):
+        # How old each failure is when reported, on this node's clock (docs/pod-contract.md):
+        # one recorded while the workers still ran is older than the pod's end says.
+        summary = {**summary, "reportedAt": round(time.time(), 3)}
     data = encode_summary(summary)
     path = os.environ.get(ENV_TERMINATION_LOG) or TERMINATION_LOG
     try:

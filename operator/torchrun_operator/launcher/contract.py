@@ -140,6 +140,10 @@ class Summary(_SummaryRequired, total=False):
     # After a communication failure: the ranks of this node found outside any collective
     # (`{"rank", "inCollective": false, "at"?}`), the ones the others waited for.
     stacks: list[dict[str, Any]]
+    # When the report was written, on the launcher's clock (as its failures' `at`): with
+    # failures only. What the operator takes from it is how long before the report each
+    # failure was, which no difference between the node's clock and its own can change.
+    reportedAt: float
 
 
 # Errors that say "a peer went away or the network failed" rather than "this code raised": a

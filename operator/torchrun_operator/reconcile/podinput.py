@@ -426,6 +426,7 @@ def _report(data: Mapping[str, Any]) -> contract.Summary:
         "step": _int_in(data, "step", 0, MAX_COUNT, ""),
         "round": _int_in(data, "round", 0, MAX_COUNT, ""),
         "omitted": _int_in(data, "omitted", 0, MAX_COUNT, ""),
+        "reportedAt": _time(data, "reportedAt", ""),
     }
     checkpoint = _checkpoint(_map(data, "checkpoint"))
     if checkpoint is not None:

@@ -57,6 +57,9 @@ class Candidate:
     # After a communication failure: the ranks of the pod its launcher found outside any
     # collective, as (rank, "file:line in function" or None).
     outside: tuple[tuple[int, str | None], ...] = ()
+    # When the launcher wrote the report `at` is from, on the same node clock as `at`: how long
+    # before its report the failure was (reconcile/failure/settle.on_operator_clock).
+    reported_at: float | None = None
 
     @property
     def table(self) -> FailureKind | None:
@@ -183,6 +186,7 @@ def pod_candidates(
                 stderr=f.get("stderr") if isinstance(f.get("stderr"), str) else None,
                 says=says.kind if says else None,
                 outside=outside,
+                reported_at=_float(report.get("reportedAt")),
             )
         )
     if out:

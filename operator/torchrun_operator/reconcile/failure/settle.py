@@ -31,6 +31,15 @@ COLLECTIVE_SETTLE_SECONDS = 30.0 + WINDOW
 # clock (the agent's report, the kubelet's status sync, the watch). Node-reported times are
 # clamped to it; with the 1 s of whole-second stamps it stays inside the root-cause WINDOW.
 REPORT_LAG = 2.0
+# How long before its report a failure the report holds may have happened. A report that says
+# when it was written (reportedAt, on the node's clock like the failure's own time) tells the
+# failure's age, which no clock offset changes: a worker that raised and was slow to exit, in
+# a pod whose agent ended only when a peer's failure closed the rendezvous (or its store went,
+# about 10 s later), or was told to stop, is reported well after its failure. Bounded: torch
+# stops workers within its shutdown timeout (30 s), the store client gives up within tens of
+# seconds; a pod's claims beyond that are cut, so one pod can move its failure back in time
+# by no more than this.
+MAX_REPORT_AGE = 120.0
 
 
 def observed_at(ctx: Ctx) -> dict[int, float]:
@@ -56,15 +65,25 @@ def on_operator_clock(ctx: Ctx, candidates: list[Candidate]) -> list[Candidate]:
     monotonic, so reports seen together keep their order; a node an hour ahead cannot
     postpone its failure, and one far behind cannot put a consequence (a lost connection)
     before its cause by more than a few seconds, within WINDOW, where an exception outranks
-    it."""
+    it. A report that says when it was written places each failure by its age instead
+    (_placed): one recorded long before its pod ended keeps its place."""
     observed = observed_at(ctx)
     out = []
     for c in candidates:
         seen = observed.get(c.node_index)
         if seen is not None:
-            c = replace(c, at=min(max(c.at, seen - REPORT_LAG), seen + 1.0))
+            c = replace(c, at=_placed(c, seen))
         out.append(c)
     return out
+
+
+def _placed(c: Candidate, seen: float) -> float:
+    """A reported failure's time on the operator's clock, the pod's end seen at `seen`: its age
+    at the report when the report tells it (its own clock's difference, bounded by
+    MAX_REPORT_AGE), else clamped near `seen` as above."""
+    if c.reported_at is not None:
+        return seen - min(max(c.reported_at - c.at, 0.0), MAX_REPORT_AGE)
+    return min(max(c.at, seen - REPORT_LAG), seen + 1.0)
 
 
 def waiting(ctx: Ctx, seen: Seen, cause: Candidate) -> bool:
