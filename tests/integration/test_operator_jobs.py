@@ -98,6 +98,14 @@ def test_root_cause_names_the_rank_that_raised(kube: client.ApiClient, namespace
     assert failure["exitCode"] == 1
     assert "rank 3 failed on purpose" in failure["message"]
     assert "Connection closed" not in failure["message"]
+    # Where it raised: the script's line (the ConfigMap mounts it at /workspace), beside the
+    # exception line of the message.
+    script = next(d for d in load_docs(EXAMPLES / "fail-rank3.yaml") if d["kind"] == "ConfigMap")
+    lines = script["data"]["train_ddp.py"].splitlines()
+    line = 1 + next(i for i, t in enumerate(lines) if "failed on purpose" in t and "raise" in t)
+    where = f"/workspace/train_ddp.py:{line} in main"
+    assert failure["location"] == where
+    assert f"rank 3 failed on purpose (at {where})" in failure["message"]
     # A pod whose workers never started reports no ranks; the holder of rank 3 always does.
     holder = next(
         r for r in status["ranks"] if r.get("globalRanks") and 3 in _rank_set(r["globalRanks"])

@@ -139,8 +139,9 @@ class Failure(_Wire):
     step: int | None = None
     """The last step the attempt reached (the highest any pod reported), if reported."""
     location: str | None = None
-    """For a hang: where the rank that is not inside a collective is (file:line in function,
-    its innermost frame); the full stacks are in the pod's log."""
+    """Where (file:line in function): for an exception, the frame of the user's code that
+    raised it (from the traceback the worker recorded); for a hang, where the rank that is not
+    inside a collective is; the full stacks are in the pod's log."""
 
 
 class AvoidedNode(_Wire):

@@ -111,9 +111,16 @@ class FailureRecord(_FailureRequired, total=False):
     # stderr, at most STDERR_TAIL_LIMIT characters (argparse's usage error, a log line before
     # sys.exit(1), faulthandler's dump of a segfault).
     stderr: str
+    # Only when the worker recorded an error: where the user's code raised it, `file:line in
+    # function` (launcher/frames.py), at most LOCATION_LIMIT characters.
+    location: str
 
 
 STDERR_TAIL_LIMIT = 2048
+# A stack frame as the report and the status answer name it, "file:line in function": a long
+# path still leaves room for its file's name, line and function; the operator truncates to the
+# same (reconcile/podinput.MAX_LOCATION).
+LOCATION_LIMIT = 256
 
 
 # After a communication failure, the report names at most this many ranks outside a collective.

@@ -22,6 +22,7 @@ from .contract import (
     Summary,
     is_comm_error,
 )
+from .frames import bound, describe, text_frames, users_frame
 from .state import compact_json, json_size
 
 
@@ -79,16 +80,21 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
 
     originals = [str(f.get("error") or "") for f in failures]
     tails = [str(f.get("stderr") or "") for f in failures]
+    places = [str(f.get("location") or "") for f in failures]
     top = str(summary.get("message") or "")
 
     def shorten(budget: int) -> bool:
-        for f, err, tail in zip(failures, originals, tails, strict=True):
+        for f, err, tail, place in zip(failures, originals, tails, places, strict=True):
             if "error" in f:
                 f["error"] = truncate_text(err, budget)
             if tail:  # a stderr tail shrinks like the error (keeping its end), or goes
                 f["stderr"] = truncate_text(tail, budget)
                 if not f["stderr"]:
                     del f["stderr"]
+            if place:  # a location too: its end names the file, line and function
+                f["location"] = truncate_text(place, budget)
+                if not f["location"]:
+                    del f["location"]
         if "message" in out:
             out["message"] = truncate_text(top, max(budget, 256))
         return json_size(out) <= limit
@@ -106,6 +112,7 @@ def fit_summary(summary: Mapping[str, Any], limit: int = TERMINATION_LIMIT) -> d
         failures.pop()
         originals.pop()
         tails.pop()
+        places.pop()
         omitted += 1
         out["omitted"] = omitted
     if json_size(out) <= limit:
@@ -184,17 +191,36 @@ def error_text_from_record(error_file_data: Any) -> str | None:
     return None
 
 
+def _extra_info(error_file_data: Any) -> Mapping[str, Any]:
+    """The error file's ``message.extraInfo``, empty when it has none."""
+    msg = error_file_data.get("message") if isinstance(error_file_data, Mapping) else None
+    extra = msg.get("extraInfo") if isinstance(msg, Mapping) else None
+    return extra if isinstance(extra, Mapping) else {}
+
+
 def precise_timestamp(error_file_data: Any, fallback: float) -> float:
-    if isinstance(error_file_data, Mapping):
-        msg = error_file_data.get("message")
-        if isinstance(msg, Mapping):
-            extra = msg.get("extraInfo") or {}
-            for key in ("timestampPrecise", "timestamp"):
-                try:
-                    return float(extra[key])
-                except (KeyError, TypeError, ValueError):
-                    continue
+    extra = _extra_info(error_file_data)
+    for key in ("timestampPrecise", "timestamp"):
+        try:
+            return float(extra[key])
+        except (KeyError, TypeError, ValueError):
+            continue
     return float(fallback)
+
+
+def recorded_location(error_file_data: Any, libs: Sequence[str] | None = None) -> str | None:
+    """Where the user's code raised the recorded error (launcher/frames.py): the shim's
+    ``location``, taken from the live traceback; else the innermost frame of the user's code in
+    the formatted traceback (``py_callstack``: an error file torchelastic's own ``errors.record``
+    wrote, in a program the shim did not start). ``libs``: the library directories, this
+    interpreter's (the workers') by default."""
+    extra = _extra_info(error_file_data)
+    location = extra.get("location")
+    if isinstance(location, str) and location:
+        return bound(location)
+    callstack = extra.get("py_callstack")
+    frame = users_frame(text_frames(callstack), libs) if isinstance(callstack, str) else None
+    return describe(frame) if frame else None
 
 
 def failure_record(
@@ -207,7 +233,8 @@ def failure_record(
     stderr: str | None = None,
 ) -> FailureRecord:
     """One failed worker; ``stderr`` (the tail of its stderr) is kept only when the worker
-    recorded no error, the only case where it says what the error file does not."""
+    recorded no error, the only case where it says what the error file does not; a recorded
+    error comes with where the user's code raised it (``location``), when its file says."""
     recorded = error_text_from_record(error_file_data)
     kind = classify_failure(exitcode, recorded)
     if recorded:
@@ -227,6 +254,9 @@ def failure_record(
     }
     if stderr and not recorded:
         record["stderr"] = stderr[-STDERR_TAIL_LIMIT:]
+    location = recorded_location(error_file_data) if recorded else None
+    if location:
+        record["location"] = location
     return record
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .contract import ENV_LOCAL_RANK_ARG, ENV_RESUME_FROM, READY_FILE, RESUME_FILE
+from .frames import raised_at
 from .logline import log
 from .progress_file import MAX_CHECKPOINT_PATH
 from .stacks import register_stack_dump
@@ -79,17 +80,21 @@ def with_local_rank_arg(cmd: Sequence[str], flag: str, local_rank: str) -> list[
 
 def error_file_payload(e: BaseException, tb: str, now: float) -> dict[str, Any]:
     """torchelastic's error-file JSON, as ``errors.record`` writes it (timestamp: int seconds
-    as a string, which torchelastic parses); ``timestampPrecise`` is our addition."""
-    return {
-        "message": {
-            "message": f"{type(e).__name__}: {e}",
-            "extraInfo": {
-                "py_callstack": tb,
-                "timestamp": str(int(now)),
-                "timestampPrecise": f"{now:.3f}",
-            },
-        }
+    as a string, which torchelastic parses); ``timestampPrecise`` and ``location`` (where the
+    user's code raised ``e``, launcher/frames.py) are our additions."""
+    extra = {
+        "py_callstack": tb,
+        "timestamp": str(int(now)),
+        "timestampPrecise": f"{now:.3f}",
     }
+    try:
+        location = raised_at(e)
+    except Exception as le:  # noqa: BLE001 - the error is recorded without its place
+        log("worker: cannot tell where the error was raised", error=le)
+        location = None
+    if location:
+        extra["location"] = location
+    return {"message": {"message": f"{type(e).__name__}: {e}", "extraInfo": extra}}
 
 
 def _record_worker_state(sdir: str, stacks: str | None = None) -> None:

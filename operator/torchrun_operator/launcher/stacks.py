@@ -11,12 +11,12 @@ import os
 import re
 import signal
 import sys
-import sysconfig
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .contract import MAX_REPORT_STACKS
+from .contract import LOCATION_LIMIT, MAX_REPORT_STACKS
+from .frames import Frame, describe, users_frame
 from .logline import log
 from .report import truncate_text
 from .state import file_size, read_rank_files
@@ -31,18 +31,12 @@ _FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+) in (?P<func>.*
 _THREAD = re.compile(r"^(?:Current thread|Thread) (?P<ident>0x[0-9a-fA-F]+)")
 
 
-def _library_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    dirs = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    return tuple(sorted(d.rstrip("/") + "/" for d in dirs if d))
-
-
 def analyze_stacks(
     text: str, main_thread: int | None, library_dirs: Sequence[str] | None = None
 ) -> dict[str, Any]:
     """From a faulthandler dump: whether the main thread is inside a collective (a frame of
-    torch.distributed or torch.nn.parallel), and where it is: its innermost frame outside the
-    Python library, site-packages and this launcher's package, else its innermost frame."""
+    torch.distributed or torch.nn.parallel), and where it is: its innermost frame of the
+    user's code (launcher/frames.py), else its innermost frame."""
     blocks: dict[int | None, list[tuple[str, int, str]]] = {}
     current: list[tuple[str, int, str]] | None = None
     first: int | None = None
@@ -62,15 +56,10 @@ def analyze_stacks(
         frames = blocks.get(first, [])
     if not frames:
         return {"inCollective": False, "at": None}
-    libs = tuple(library_dirs if library_dirs is not None else _library_dirs())
     in_collective = any(any(p in f for p in _COLLECTIVE_PATHS) for f, _, _ in frames)
-    here = os.path.dirname(os.path.abspath(__file__)) + os.sep  # this launcher's package
-
-    def own(path: str) -> bool:
-        return not (path.startswith((*libs, "<")) or os.path.abspath(path).startswith(here))
-
-    path, lineno, func = next((fr for fr in frames if own(fr[0])), frames[0])
-    return {"inCollective": in_collective, "at": f"{path}:{lineno} in {func}"}
+    # faulthandler lists the innermost frame first.
+    place = users_frame([Frame(*fr) for fr in reversed(frames)], library_dirs)
+    return {"inCollective": in_collective, "at": describe(place) if place else None}
 
 
 def dump_worker_stacks(sdir: str, wait: float = STACK_DUMP_WAIT) -> list[dict[str, Any]]:
@@ -144,7 +133,7 @@ def report_stacks(stacks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             continue
         entry: dict[str, Any] = {"rank": rank, "inCollective": False}
         if isinstance(at, str) and at:
-            entry["at"] = truncate_text(at, 256)
+            entry["at"] = truncate_text(at, LOCATION_LIMIT)
         out.append(entry)
     return out[:MAX_REPORT_STACKS]
 

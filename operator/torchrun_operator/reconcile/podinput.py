@@ -58,7 +58,7 @@ MAX_STACKS = 1024  # one stack summary per worker
 MAX_FAILURES = 64  # the launcher fits its report in 4096 bytes anyway
 MAX_NAME = 64  # states, failure kinds
 MAX_ID = 253  # the rendezvous id
-MAX_LOCATION = 256  # a stack frame, "file:line in function"
+MAX_LOCATION = contract.LOCATION_LIMIT  # a stack frame, "file:line in function"
 MAX_ERROR = 512  # a worker's recorded error, the report's message
 MAX_STDERR = 2048  # the last lines of a failed worker's stderr
 # The avoided-nodes annotation (api/names.py): a pod is rendered with at most avoid.MAX_NODES
@@ -469,7 +469,22 @@ def _failure(f: Mapping[str, Any]) -> contract.FailureRecord:
     if isinstance(stderr, str) and stderr:
         # The tail is what matters: keep the last MAX_STDERR characters.
         out["stderr"] = stderr if len(stderr) <= MAX_STDERR else stderr[-MAX_STDERR:]
+    out["location"] = _location(f)
     return cast(contract.FailureRecord, {k: v for k, v in out.items() if v is not None})
+
+
+def _location(f: Mapping[str, Any]) -> str | None:
+    """failures[].location: where the user's code raised, one line of printable text (it is
+    shown in status.failure, an event and the CLI: a line break or a terminal escape there
+    would forge lines; our launcher shows such characters as `?`), truncated to MAX_LOCATION."""
+    where = f.get("location")
+    if where is None:
+        return None
+    if not isinstance(where, str):
+        raise _Refuse("failures[].location is not a string")
+    if not where.isprintable():
+        raise _Refuse("failures[].location holds a character that does not print")
+    return truncate(where, MAX_LOCATION) or None
 
 
 # ---- what the operator wrote on the pod -----------------------------------------------------

@@ -18,7 +18,7 @@ from ..launcher import contract
 from . import failurekinds
 from .failurekinds import COLLECTIVE_KINDS, FailureKind
 from .observe import KIND_REASONS, OOM_KILLED, PodView, oom_killed_worker, truncate
-from .worker_stderr import failure_message
+from .worker_stderr import MESSAGE_LIMIT, failure_message
 
 WINDOW = 5.0
 
@@ -49,7 +49,9 @@ class Candidate:
     exit_code: int | None = None
     message: str | None = None
     node_rank: int | None = None  # torchrun's node rank of the pod, when known
-    location: str | None = None  # a hang: where the rank outside any collective is
+    # Where: for a recorded exception, the frame of the user's code that raised it; for a hang
+    # or a collective that did not complete, where the rank outside any collective is.
+    location: str | None = None
     stderr: str | None = None  # the last lines of the worker's stderr, when the launcher sent them
     # What the failure's text says (reconcile/failurekinds.py): a CUDA out-of-memory, an NCCL
     # timeout, a device error...; status.failure.kind when set.
@@ -133,6 +135,30 @@ def _outside(report: Mapping[str, Any]) -> tuple[tuple[int, str | None], ...]:
     return tuple(out)
 
 
+def _raised_at(f: Mapping[str, Any], kind: Kind, says: FailureKind | None) -> str | None:
+    """Where the user's code raised a recorded exception (failures[].location). Not for a
+    collective that did not complete: its location names the rank outside the collective
+    (never_arrived), not the place one that gave up waited in."""
+    place = f.get("location")
+    if kind != contract.KIND_EXCEPTION or (says and says.kind in COLLECTIVE_KINDS):
+        return None
+    return place if isinstance(place, str) and place else None
+
+
+def located(message: str | None, location: str | None, limit: int = MESSAGE_LIMIT) -> str | None:
+    """`message` with where the user's code raised it beside its first line, the exception's:
+    "KeyError: 'x' (at /workspace/train.py:9 in <module>)". That line is shortened as far as
+    it must be for the two to fit in `limit` characters (MESSAGE_LIMIT: room for the event's
+    prefix, so the place survives there too)."""
+    if not location:
+        return message
+    suffix = f"(at {location})"
+    first, sep, rest = (message or "").partition("\n")
+    if first:
+        first = (truncate(first, limit - len(suffix) - 1) or "") + " "
+    return first + suffix + sep + rest
+
+
 def pod_candidates(
     node_index: int, pod: PodView, finished: float | None, now: float
 ) -> list[Candidate]:
@@ -165,6 +191,7 @@ def pod_candidates(
         kind = "oom" if oom_killed_worker(pod, f) else _report_kind(f.get("kind"))
         says = None if kind == "oom" else _says(f.get("error"), f.get("stderr"))
         reason = OOM_KILLED if kind == "oom" else says.reason if says else _REASONS[kind]
+        place = _raised_at(f, kind, says)
         out.append(
             Candidate(
                 node_index,
@@ -176,13 +203,17 @@ def pod_candidates(
                 rank=_int_or_none(f.get("rank")),
                 exit_code=_int_or_none(f.get("exitCode")),
                 message=truncate(
-                    failure_message(
-                        f.get("error"),
-                        f.get("stderr"),
-                        says=says.quote(str(f.get("stderr") or "")) if says else None,
+                    located(
+                        failure_message(
+                            f.get("error"),
+                            f.get("stderr"),
+                            says=says.quote(str(f.get("stderr") or "")) if says else None,
+                        ),
+                        place,
                     )
                 ),
                 node_rank=group_rank,
+                location=place,
                 stderr=f.get("stderr") if isinstance(f.get("stderr"), str) else None,
                 says=says.kind if says else None,
                 outside=outside,

@@ -283,6 +283,18 @@ def test_root_cause_is_shown_in_full() -> None:
         assert line in cause
 
 
+def test_root_cause_says_where_the_users_code_raised() -> None:
+    job = failed_job()
+    where = "/workspace/train.py:9 in <module>"
+    job["status"]["failure"].update(
+        location=where, message=f"KeyError: 'lr' (at {where})", kind="exception"
+    )
+    lines = fmt.format_job_status(job, NOW).splitlines()
+    block = lines[lines.index("Root cause:") :]
+    assert f"  location: {where}" in block
+    assert block[block.index("  message:") + 1] == f"    KeyError: 'lr' (at {where})"
+
+
 def test_status_before_pods_exist() -> None:
     job = {"metadata": {"name": "x", "namespace": "d"}, "status": {}}
     text = fmt.format_job_status(job, NOW)

@@ -142,6 +142,16 @@ def test_analyze_stacks_tells_a_rank_in_a_collective_from_one_outside() -> None:
     assert stacks.analyze_stacks("", main, LIBS) == {"inCollective": False, "at": None}
 
 
+def test_a_stack_in_a_package_directory_sysconfig_does_not_name_is_not_the_users() -> None:
+    """Debian's /usr/lib/python3/dist-packages (and any other site-packages or dist-packages
+    directory) holds installed packages, whatever the interpreter's own paths say."""
+    main = 0x00007F2222222222
+    dump = DUMP.replace("/venv/site-packages/", "/usr/lib/python3/dist-packages/")
+    assert stacks.analyze_stacks(dump, main, ("/usr/lib/python3.11/",))["at"] == (
+        "/workspace/train.py:57 in step"
+    )
+
+
 WORKER = textwrap.dedent(
     """
     import os, sys, time

@@ -120,7 +120,13 @@ def report_json(**fields: Any) -> str:
 
 def test_the_launchers_own_report_reads_back_whole() -> None:
     failed = contract.FailureRecord(
-        rank=1, localRank=1, exitCode=1, kind="exception", error="boom", at=5.5
+        rank=1,
+        localRank=1,
+        exitCode=1,
+        kind="exception",
+        error="boom",
+        at=5.5,
+        location="/workspace/train.py:9 in <module>",
     )
     summary = report.build_summary(
         contract.FAILED, group_rank=0, ranks=[0, 1], failures=[failed], step=3
@@ -137,6 +143,11 @@ def test_the_launchers_own_report_reads_back_whole() -> None:
         ({"failures": [{"rank": 0, "exitCode": 2**40}]}, "exitCode"),
         ({"failures": ["boom"]}, "non-object"),
         ({"ranks": [-1]}, "ranks"),
+        ({"failures": [{"rank": 0, "location": ["/w/train.py", 9]}]}, "location is not a string"),
+        # A line break or a terminal escape would forge lines where the location is shown.
+        ({"failures": [{"rank": 0, "location": "/w/a.py:1 in f\nrank 0 ok"}]}, "does not print"),
+        ({"failures": [{"rank": 0, "location": "/w/\x1b[2Ka.py:1 in f"}]}, "does not print"),
+        ({"failures": [{"rank": 0, "location": "/w/\u202ea.py:1 in f"}]}, "does not print"),
     ],
 )
 def test_hostile_reports_are_refused(fields: dict[str, Any], why: str) -> None:
@@ -161,6 +172,24 @@ def test_a_failures_stderr_tail_is_kept_truncated_and_dropped_unless_a_string() 
     first, second = found["failures"]
     assert first.get("stderr") == tail[-podinput.MAX_STDERR :]
     assert "stderr" not in second
+
+
+def test_a_failures_location_is_kept_truncated() -> None:
+    place = "/workspace/train.py:9 in <module>"
+    found = podinput.parse_report(
+        report_json(
+            failures=[
+                {"rank": 0, "kind": "exception", "location": place},
+                {"rank": 1, "kind": "exception", "location": "/w/" + "d" * 1000},
+                {"rank": 2, "kind": "exception", "location": ""},
+            ]
+        )
+    )
+    assert not isinstance(found, Rejected) and found is not None
+    first, long, empty = found["failures"]
+    assert first.get("location") == place
+    assert len(long.get("location", "")) == podinput.MAX_LOCATION == contract.LOCATION_LIMIT
+    assert "location" not in empty
 
 
 # ---- fuzz --------------------------------------------------------------------------------

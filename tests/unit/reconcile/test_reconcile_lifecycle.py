@@ -140,6 +140,62 @@ def test_user_exception_fails_without_restart_and_names_root_cause() -> None:
     JobStatus.model_validate(st)
 
 
+def test_a_users_exception_says_where_it_was_raised() -> None:
+    """status.failure.location, the message's exception line, the RankFailed event and the
+    Failed condition name the frame of the user's code the launcher reported."""
+    job, pods = start(make_job(nodes=2))
+    where = "/workspace/train.py:9 in <module>"
+    error = "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2"
+    raised = failure(3, "exception", 12, error)
+    raised["location"] = where
+    pods = [
+        set_terminated(
+            pods[0],
+            1,
+            report("Failed", [0, 1], [failure(1, "comm", 12.5, "Connection closed by peer")]),
+            t=13,
+        ),
+        set_terminated(pods[1], 1, report("Failed", [2, 3], [raised], group_rank=1), t=12),
+    ]
+    plan, _, _ = step(job, pods, 13)
+    st = plan.status
+    assert st["failure"]["rank"] == 3
+    assert st["failure"]["location"] == where
+    assert st["failure"]["message"] == f"{error} (at {where})"
+    (event,) = [e for e in plan.events if e.reason == "RankFailed"]
+    assert event.type == "Warning" and f"{error} (at {where})" in event.message
+    assert f"(at {where})" in cond(st, "Failed")["message"]
+    JobStatus.model_validate(st)
+
+
+def test_a_long_exception_line_is_shortened_so_the_place_survives() -> None:
+    job, pods = start(make_job(nodes=1))
+    where = "/workspace/" + "pkg/" * 50 + "train.py:9 in main"
+    error = "ValueError: " + "x" * 500 + "\nsecond line"
+    raised = failure(0, "exception", 12, error)
+    raised["location"] = where
+    pods = [set_terminated(pods[0], 1, report("Failed", [0], [raised], group_rank=0), t=12)]
+    plan, _, _ = step(job, pods, 13)
+    st = plan.status
+    first = st["failure"]["message"].splitlines()[0]
+    assert first.startswith("ValueError: xxx") and first.endswith(f"... (at {where})")
+    (event,) = [e for e in plan.events if e.reason == "RankFailed"]
+    assert f"(at {where})" in event.message
+
+
+def test_a_collective_that_did_not_complete_keeps_location_for_the_absent_rank() -> None:
+    """A rank that gave up waiting in a collective raised where it waited: that says nothing of
+    the cause, and status.failure.location is the rank outside the collective's (none here)."""
+    job, pods = start(make_job(nodes=1))
+    error = "RuntimeError: [../gloo/transport/tcp/pair.cc:561] Connection closed by peer"
+    waited = failure(0, "comm", 12, error)
+    waited["location"] = "/workspace/train.py:40 in step"
+    pods = [set_terminated(pods[0], 1, report("Failed", [0], [waited], group_rank=0), t=12)]
+    plan, _, _ = step(job, pods, 60)
+    st = plan.status
+    assert "location" not in st["failure"] and "(at " not in st["failure"]["message"]
+
+
 @pytest.mark.parametrize(
     ("message", "exit_code", "reason", "pod_reason", "expect"),
     [

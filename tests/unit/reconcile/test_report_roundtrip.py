@@ -21,6 +21,10 @@ def _raised(exc: Exception) -> tuple[Exception, str]:
         return e, traceback.format_exc()
 
 
+# Where _raised raises: the frame of the user's code the report names.
+RAISED_AT = f"{__file__}:{_raised.__code__.co_firstlineno + 3} in _raised"
+
+
 def _worker_failure(rank: int, local_rank: int, exc: Exception, t: float) -> contract.FailureRecord:
     """What the launcher records when a worker raised: the worker's error file (as the shim
     writes it), read by failure_record as the agent does."""
@@ -59,6 +63,8 @@ def test_user_exception_is_the_root_cause_with_its_message() -> None:
         1,
     )
     assert cause.at == at(9.0).timestamp()
+    assert cause.location == RAISED_AT
+    assert cause.message == f"RuntimeError: rank 3 failed on purpose (at {RAISED_AT})"
     assert rootcause.classify(cause, []) == "user"
 
 
@@ -86,7 +92,11 @@ def test_communication_error_never_wins_over_the_exception_that_caused_it() -> N
         *rootcause.pod_candidates(0, crashed, None, at(20).timestamp()),
     ]
     cause = rootcause.root_cause(candidates)
-    assert (cause.pod, cause.rank, cause.message) == (crashed.name, 1, "ValueError: loss is nan")
+    assert (cause.pod, cause.rank, cause.message) == (
+        crashed.name,
+        1,
+        f"ValueError: loss is nan (at {RAISED_AT})",
+    )
 
 
 def test_agent_that_lost_the_store_reports_a_communication_error() -> None:
