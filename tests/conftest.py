@@ -61,6 +61,7 @@ LONGEST_FIRST = (
     "test_restarts.py",
     "test_launcher_torchrun.py",
     "test_bench_scale_smoke.py",
+    "test_slow_control_plane.py",  # about 6 min alone (not yet timed in make test)
     "test_fault_injection.py",
     "test_bench_gpu_smoke.py",
     "test_operator_jobs.py",
