@@ -89,15 +89,18 @@ def avoid_nodes(metadata: dict[str, Any], pod_spec: dict[str, Any], nodes: Seque
         metadata.pop("annotations", None)
     if not kept:
         return
-    requirement = {"key": "metadata.name", "operator": "NotIn", "values": kept}
+    # One requirement a node: the apiserver takes a single value in a matchFields In/NotIn
+    # ("must be only one value when `operator` is 'In' or 'NotIn' for node field selector"),
+    # so one NotIn of two nodes got every pod create refused (422).
+    requirements = [{"key": "metadata.name", "operator": "NotIn", "values": [n]} for n in kept]
     node_affinity = pod_spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
     selector = node_affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = selector.setdefault("nodeSelectorTerms", [])
     if not terms:
         terms.append({})
     for term in terms:
-        term.setdefault("matchFields", []).append(
-            dict(requirement, values=list(requirement["values"]))
+        term.setdefault("matchFields", []).extend(
+            dict(r, values=list(r["values"])) for r in requirements
         )
 
 
