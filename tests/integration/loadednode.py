@@ -4,29 +4,25 @@ process that has raised can take seconds to exit; the status's promises must hol
 only on an idle machine. The starvation is the test's alone: the rest of the machine (the
 other test workers' clusters) keeps its CPUs.
 
-cgroup v1 (this machine: /sys/fs/cgroup/cpu) or v2 (cpu.max), whichever is mounted. Processes
+The cgroup is localkube.cpuquota's (v1 or v2, whichever is mounted). Processes
 join by PID (`add`), or by pod: `follow` moves a job's launchers and workers in as they
 appear (found from /proc: hostprocs).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
 import threading
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import hostprocs
 import pytest
+from localkube.cpuquota import CpuQuota
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
 # The training's share: one CPU for the test's processes and the hog together, so they get
 # about half of one CPU while the hog runs (a node whose loader threads keep its cores busy).
 QUOTA_CPUS = 1.0
@@ -34,24 +30,12 @@ HOG = "while True: pass"
 FOLLOW_PERIOD = 0.2
 
 
-def _cpu_dir() -> tuple[Path, bool]:
-    """The folder new cpu cgroups go in, and whether it is cgroup v2."""
-    if (CGROUP_ROOT / "cgroup.controllers").exists():
-        return CGROUP_ROOT, True
-    return CGROUP_ROOT / "cpu", False
-
-
 class LoadedNode:
+    """A CPU cgroup with a quota (localkube.cpuquota, the one cgroup mechanism), the hogs and
+    the processes that joined it."""
+
     def __init__(self, quota_cpus: float = QUOTA_CPUS) -> None:
-        parent, self.v2 = _cpu_dir()
-        self.path = parent / f"torchrun-operator-loaded-{uuid.uuid4().hex[:8]}"
-        self.path.mkdir()
-        quota = int(quota_cpus * PERIOD_US)
-        if self.v2:
-            (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
-        else:
-            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+        self.quota = CpuQuota(quota_cpus, name="torchrun-operator-loaded")
         self._hogs: list[subprocess.Popen[bytes]] = []
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -60,7 +44,7 @@ class LoadedNode:
     def add(self, pid: int) -> bool:
         """Move a process (its threads, and the children it starts from now on) in."""
         try:
-            (self.path / "cgroup.procs").write_text(str(pid))
+            self.quota.add(pid)
         except OSError:
             return False  # gone already
         self.joined.add(pid)
@@ -68,7 +52,7 @@ class LoadedNode:
 
     def prefix(self) -> list[str]:
         """A command prefix that runs a command inside: it joins, then execs it."""
-        procs = self.path / "cgroup.procs"
+        procs = self.quota.path / "cgroup.procs"
         return ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "loaded-node"]
 
     def hog(self, processes: int = 2) -> None:
@@ -120,21 +104,7 @@ class LoadedNode:
         for p in self._hogs:
             p.kill()
             p.wait()
-        # Whatever is still inside goes back to the root before the folder can be removed.
-        parent = self.path.parent
-        deadline = time.monotonic() + 10
-        while True:
-            left = [p for p in (self.path / "cgroup.procs").read_text().split() if p]
-            for pid in left:
-                with contextlib.suppress(OSError):  # gone already
-                    (parent / "cgroup.procs").write_text(pid)
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        self.quota.close()
 
 
 @pytest.fixture
